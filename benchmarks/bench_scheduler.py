@@ -1,0 +1,462 @@
+"""Benchmark the scheduler core side by side with APScheduler 3, stdlib ``sched`` and asyncio.
+
+Run: ``python benchmarks/bench_scheduler.py [--quick] [--profile]``
+
+Sections (one run, same machine, same moment):
+
+a. ``schedule()`` rate into the memory store, tasks due in an hour (nothing fires), vs
+   APScheduler 3 ``add_job`` (date trigger, running ``BackgroundScheduler``), asyncio
+   ``loop.call_at`` (loop not running) and ``sched.enterabs``.
+b. end-to-end no-op throughput, due now -> SUCCEEDED: timewheel with its thread pool (scheduling
+   while the workers run), and with ``InlineDispatcher`` + ``FakeClock``, vs APScheduler's thread
+   pool (``misfire_grace_time=None`` so that no job is skipped as missed).
+c. bytes per pending task (tracemalloc, after a ``gc.collect()``).
+d. real-clock lateness (start minus due) of tasks spread over a window (all enqueued before the
+   first is due), one library at a time on an otherwise idle process: timewheel, APScheduler, ``sched`` (a single thread sleeping to the
+   exact due time: the floor) and asyncio ``call_at``.
+
+``--profile`` prints the cProfile top entries of ``schedule()`` and of the end-to-end path.
+The machine is shared and noisy: treat ratios within ~15 % as noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import io
+import platform
+import pstats
+import random
+import sched
+import sys
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor as APSThreadPool
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from timewheel.dispatch import InlineDispatcher, ThreadPoolDispatcher
+from timewheel.scheduler import Scheduler
+from timewheel.task import TaskState
+from timewheel.testing import FakeClock
+
+UTC = timezone.utc
+
+
+def noop(*_: Any) -> None:
+    pass
+
+
+def _aps(workers: int = 10, *, paused: bool = False) -> Any:
+    s = BackgroundScheduler(
+        executors={"default": APSThreadPool(workers)},
+        job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 1},
+        timezone=UTC,
+    )
+    s.start(paused=paused)
+    return s
+
+
+class Done:
+    """Counts completions from any thread; ``wait()`` until *n* of them."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.count = 0
+        self._lock = threading.Lock()
+        self._ev = threading.Event()
+
+    def hit(self, *_: Any) -> None:
+        with self._lock:
+            self.count += 1
+            if self.count >= self.n:
+                self._ev.set()
+
+    def wait(self, bound: float = 600.0) -> None:
+        if not self._ev.wait(bound):
+            raise RuntimeError(f"only {self.count} of {self.n} completions after {bound} s")
+
+
+# -- (a) schedule() rate ---------------------------------------------------------------------------
+
+
+def rate_timewheel(n: int) -> float:
+    with Scheduler() as s:  # started: trigger loop and workers idle, as in an application
+        t0 = time.perf_counter()
+        for i in range(n):
+            s.schedule(noop, delay=3600 + (i % 1000))
+        dt = time.perf_counter() - t0
+    return dt / n * 1e6
+
+
+def rate_aps(n: int) -> float:
+    s = _aps()
+    run_date = datetime.now(UTC) + timedelta(hours=1)
+    try:
+        t0 = time.perf_counter()
+        for i in range(n):
+            s.add_job(noop, "date", run_date=run_date + timedelta(seconds=i % 1000))
+        dt = time.perf_counter() - t0
+    finally:
+        s.shutdown(wait=False)
+    return dt / n * 1e6
+
+
+def rate_asyncio(n: int) -> float:
+    loop = asyncio.new_event_loop()
+    try:
+        base = loop.time() + 3600
+        t0 = time.perf_counter()
+        for i in range(n):
+            loop.call_at(base + (i % 1000), noop)
+        dt = time.perf_counter() - t0
+    finally:
+        loop.close()
+    return dt / n * 1e6
+
+
+def rate_sched(n: int) -> float:
+    s = sched.scheduler(time.time, time.sleep)
+    base = time.time() + 3600
+    t0 = time.perf_counter()
+    for i in range(n):
+        s.enterabs(base + (i % 1000), 0, noop)
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+# -- (b) end-to-end throughput -----------------------------------------------------------------------
+
+
+def e2e_timewheel_pool(n: int) -> float:
+    done = Done(n)
+    with Scheduler(dispatcher=ThreadPoolDispatcher()) as s:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            s.schedule(done.hit, delay=0)
+        done.wait()
+        while s.store.count_by_state().get(TaskState.SUCCEEDED, 0) < n:  # outcomes stored
+            time.sleep(0.001)
+        dt = time.perf_counter() - t0
+    return n / dt
+
+
+def e2e_timewheel_inline(n: int) -> float:
+    clock = FakeClock()
+    done = Done(n)
+    with Scheduler(clock=clock, dispatcher=InlineDispatcher()) as s:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            s.schedule(done.hit, delay=0)
+        clock.advance(0.001)
+        dt = time.perf_counter() - t0
+        assert done.count == n, done.count
+    return n / dt
+
+
+def e2e_aps(n: int) -> float:
+    done = Done(n)
+    s = _aps()
+    try:
+        t0 = time.perf_counter()
+        now = datetime.now(UTC)
+        for _ in range(n):
+            s.add_job(done.hit, "date", run_date=now)
+        done.wait()
+        dt = time.perf_counter() - t0
+    finally:
+        s.shutdown(wait=False)
+    return n / dt
+
+
+# -- (c) memory ----------------------------------------------------------------------------------------
+
+
+def _bytes_per(n: int, make: Callable[[], Any], add: Callable[[Any, int], None]) -> float:
+    gc.collect()
+    holder = make()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for i in range(n):
+        add(holder, i)
+    gc.collect()
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    del holder
+    return used / n
+
+
+def mem_timewheel(n: int) -> float:
+    clock = FakeClock()
+
+    def make() -> Scheduler:
+        return Scheduler(clock=clock, dispatcher=InlineDispatcher()).start()
+
+    def add(s: Scheduler, i: int) -> None:
+        s.schedule(noop, delay=3600 + (i % 1000))
+
+    return _bytes_per(n, make, add)
+
+
+def mem_aps(n: int) -> float:
+    run_date = datetime.now(UTC) + timedelta(hours=1)
+
+    def make() -> Any:
+        s = BackgroundScheduler(timezone=UTC)  # not started: jobs go straight to the store
+        s.start(paused=True)
+        return s
+
+    def add(s: Any, i: int) -> None:
+        s.add_job(noop, "date", run_date=run_date + timedelta(seconds=i % 1000))
+
+    try:
+        return _bytes_per(n, make, add)
+    finally:
+        gc.collect()
+
+
+def mem_asyncio(n: int) -> float:
+    loop = asyncio.new_event_loop()
+    base = loop.time() + 3600
+    try:
+        return _bytes_per(n, lambda: loop, lambda lp, i: lp.call_at(base + (i % 1000), noop))
+    finally:
+        loop.close()
+
+
+def mem_sched(n: int) -> float:
+    base = time.time() + 3600
+    return _bytes_per(
+        n,
+        lambda: sched.scheduler(time.time, time.sleep),
+        lambda s, i: s.enterabs(base + (i % 1000), 0, noop),
+    )
+
+
+# -- (d) real-clock lateness -----------------------------------------------------------------------------
+
+
+def _offsets(n: int, window: float, seed: int = 7) -> list[float]:
+    rng = random.Random(seed)
+    return sorted(2.0 + rng.random() * window for _ in range(n))  # 2 s to enqueue them all
+
+
+def _pct(xs: list[float]) -> tuple[float, float, float]:
+    xs = sorted(xs)
+    k = len(xs)
+    return xs[(k - 1) // 2], xs[min(k - 1, int(0.99 * k))], xs[-1]
+
+
+def late_timewheel(n: int, window: float) -> tuple[float, float, float]:
+    out: list[float] = []
+    done = Done(n)
+
+    def run(due: float) -> None:
+        out.append(time.time() - due)
+        done.hit()
+
+    s = Scheduler()  # enqueue before start, as the others do: measure firing, not enqueueing
+    base = time.time()
+    for off in _offsets(n, window):
+        s.schedule(run, base + off, at=base + off)
+    with s:
+        done.wait(window + 60)
+    return _pct(out)
+
+
+def late_aps(n: int, window: float) -> tuple[float, float, float]:
+    out: list[float] = []
+    done = Done(n)
+
+    def run(due: float) -> None:
+        out.append(time.time() - due)
+        done.hit()
+
+    s = _aps(paused=True)
+    try:
+        base = time.time()
+        for off in _offsets(n, window):
+            due = base + off
+            s.add_job(run, "date", run_date=datetime.fromtimestamp(due, UTC), args=(due,))
+        s.resume()
+        done.wait(window + 60)
+    finally:
+        s.shutdown(wait=False)
+    return _pct(out)
+
+
+def late_sched(n: int, window: float) -> tuple[float, float, float]:
+    out: list[float] = []
+    s = sched.scheduler(time.time, time.sleep)
+    base = time.time()
+    for off in _offsets(n, window):
+        due = base + off
+        s.enterabs(due, 0, lambda d=due: out.append(time.time() - d))
+    s.run()
+    return _pct(out)
+
+
+def late_asyncio(n: int, window: float) -> tuple[float, float, float]:
+    out: list[float] = []
+    loop = asyncio.new_event_loop()
+    try:
+        fut: asyncio.Future[None] = loop.create_future()
+        base = loop.time()
+
+        def run(due: float) -> None:
+            out.append(loop.time() - due)
+            if len(out) == n:
+                fut.set_result(None)
+
+        for off in _offsets(n, window):
+            loop.call_at(base + off, run, base + off)
+        loop.run_until_complete(fut)
+    finally:
+        loop.close()
+    return _pct(out)
+
+
+# -- profile ------------------------------------------------------------------------------------------------
+
+
+def profile(n: int) -> None:
+    def top(title: str, fn: Callable[[], object]) -> None:
+        pr = cProfile.Profile()
+        pr.enable()
+        fn()
+        pr.disable()
+        buf = io.StringIO()
+        pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(14)
+        print(f"\n--- cProfile: {title} (sorted by own time) ---")
+        lines = buf.getvalue().splitlines()
+        start = next(i for i, ln in enumerate(lines) if "ncalls" in ln)
+        print("\n".join(lines[start - 1 : start + 15]))
+
+    clock = FakeClock()
+    s = Scheduler(clock=clock, dispatcher=InlineDispatcher()).start()
+    top(f"schedule() x {n}", lambda: [s.schedule(noop, delay=3600) for _ in range(n)])
+
+    c2 = FakeClock()
+    s2 = Scheduler(clock=c2, dispatcher=InlineDispatcher()).start()
+
+    def e2e() -> None:
+        for _ in range(n):
+            s2.schedule(noop, delay=0)
+        c2.advance(0.001)
+
+    top(f"end to end, inline x {n}", e2e)
+
+    done = Done(n)
+    with Scheduler() as s3:
+        # the pool's workers run in threads cProfile does not see: profile the trigger side
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(n):
+            s3.schedule(done.hit, delay=0)
+        done.wait()
+        pr.disable()
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(10)
+    print(f"\n--- cProfile: schedule + wait, thread pool x {n} (main thread only) ---")
+    lines = buf.getvalue().splitlines()
+    start = next(i for i, ln in enumerate(lines) if "ncalls" in ln)
+    print("\n".join(lines[start - 1 : start + 11]))
+
+
+# -- main ---------------------------------------------------------------------------------------------------
+
+
+def _goal(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, a 2 s lateness window")
+    ap.add_argument("--profile", action="store_true", help="print cProfile top entries")
+    args = ap.parse_args(argv)
+    n_rate = 20_000 if args.quick else 100_000
+    n_e2e = 5_000 if args.quick else 20_000
+    n_mem = 20_000 if args.quick else 100_000
+    n_late, window = (2_000, 2.0) if args.quick else (10_000, 10.0)
+
+    print(
+        f"python {platform.python_version()} on {platform.machine()}, "
+        f"{sys.platform}; quick={args.quick}"
+    )
+    rows: list[str] = []
+
+    # (a)
+    rate = {
+        "timewheel schedule()": rate_timewheel(n_rate),
+        "APScheduler add_job": rate_aps(n_rate),
+        "asyncio call_at": rate_asyncio(n_rate),
+        "sched.enterabs": rate_sched(n_rate),
+    }
+    tw = rate["timewheel schedule()"]
+    rows.append(f"\n(a) scheduling {n_rate:,} tasks due in ~1 h (us per call, lower is better)")
+    for k, v in rate.items():
+        rows.append(f"  {k:28s} {v:9.2f} us   timewheel is {v / tw:6.2f}x as fast")
+    vs_aps = rate["APScheduler add_job"] / tw
+    vs_aio = rate["asyncio call_at"] / tw
+    rows.append(f"  goal >= 20x APScheduler: {vs_aps:.1f}x {_goal(vs_aps >= 20)}")
+    rows.append(f"  goal >= 1x asyncio call_at: {vs_aio:.2f}x {_goal(vs_aio >= 1)}")
+
+    # (b)
+    e2e = {
+        "timewheel thread pool": e2e_timewheel_pool(n_e2e),
+        "timewheel inline+FakeClock": e2e_timewheel_inline(n_e2e),
+        "APScheduler thread pool": e2e_aps(n_e2e),
+    }
+    aps = e2e["APScheduler thread pool"]
+    rows.append(
+        f"\n(b) end to end, {n_e2e:,} no-op tasks due now -> done (tasks/s, higher is better)"
+    )
+    for k, v in e2e.items():
+        rows.append(f"  {k:28s} {v:11,.0f}/s   {v / aps:6.2f}x APScheduler")
+    r = e2e["timewheel thread pool"] / aps
+    rows.append(f"  goal >= 2x APScheduler (thread pools): {r:.2f}x {_goal(r >= 2)}")
+
+    # (c)
+    mem = {
+        "timewheel": mem_timewheel(n_mem),
+        "APScheduler": mem_aps(n_mem),
+        "asyncio call_at": mem_asyncio(n_mem),
+        "sched": mem_sched(n_mem),
+    }
+    rows.append(f"\n(c) bytes per pending task ({n_mem:,} tasks, tracemalloc)")
+    for k, v in mem.items():
+        rows.append(f"  {k:28s} {v:9.0f} B")
+    rows.append(f"  goal <= 250 B: {mem['timewheel']:.0f} B {_goal(mem['timewheel'] <= 250)}")
+
+    # (d)
+    late = {
+        "timewheel": late_timewheel(n_late, window),
+        "APScheduler": late_aps(n_late, window),
+        "sched (floor)": late_sched(n_late, window),
+        "asyncio call_at": late_asyncio(n_late, window),
+    }
+    rows.append(
+        f"\n(d) lateness of {n_late:,} tasks due over {window:g} s, idle process (ms: p50 / p99 / max)"
+    )
+    for k, (p50, p99, mx) in late.items():
+        rows.append(f"  {k:28s} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {mx * 1e3:8.3f}")
+    twp99, aiop99 = late["timewheel"][1], late["asyncio call_at"][1]
+    rows.append(
+        f"  goal p99 <= asyncio call_at p99: {twp99 * 1e3:.3f} vs {aiop99 * 1e3:.3f} ms "
+        f"{_goal(twp99 <= aiop99)}"
+    )
+    print("\n".join(rows))
+
+    if args.profile:
+        profile(n_e2e)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Importable task modules for tests that run worker processes."""

@@ -1,0 +1,480 @@
+"""SQLiteStore-only tests on real files: reopen, pragmas, schema, bad files, fork, references.
+
+The behaviour every store shares is in ``test_store_contract.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import sqlite3
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from timewheel import refs
+from timewheel._contract import FUNC, T0
+from timewheel.errors import (
+    InvalidScheduleError,
+    SchemaVersionError,
+    SerializationError,
+    StoreCorruptError,
+    StoreError,
+)
+from timewheel.stores import sqlite as sqlite_mod
+from timewheel.stores._url import open_store
+from timewheel.stores.memory import MemoryStore
+from timewheel.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+from timewheel.task import Retry, ScheduleRecord, Task, TaskState
+
+S = TaskState
+
+
+def _task(task_id: str, due: float = T0, **kw: object) -> Task:
+    kw.setdefault("func", FUNC)
+    kw.setdefault("created", T0 - 10)
+    return Task(id=task_id, due=due, **kw)  # type: ignore[arg-type]  # test helper
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "tw.db"
+
+
+@pytest.fixture
+def store(db: Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(db)
+    yield s
+    s.close()
+
+
+def _raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+# -- persistence -------------------------------------------------------------------------------
+def test_reopen_after_close_keeps_everything(db: Path) -> None:
+    s = SQLiteStore(db)
+    s.insert_many([_task(f"t{i}", due=T0 + i, priority=i % 3) for i in range(5)])
+    s.insert(_task("dep", after=("t0", "t1")))
+    s.promote(["t0", "t1"], T0 + 10)
+    s.claim_next(owner="w", lease_expires=T0 + 60, now=T0 + 10, limit=1)
+    s.put_schedule(
+        ScheduleRecord(id="s", func=FUNC, rule={"kind": "every", "seconds": 5}, created=T0),
+        first=_task("s@1", schedule_id="s", retry=Retry(max_attempts=2, retry_on=(OSError,))),
+    )
+    before_tasks = s.tasks()
+    before_sched = s.list_schedules()
+    s.close()
+    assert not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0
+
+    s2 = SQLiteStore(db)
+    try:
+        assert s2.tasks() == before_tasks
+        assert s2.list_schedules() == before_sched
+        assert s2.get("s@1").retry == Retry(max_attempts=2, retry_on=(OSError,))
+        # dependencies survive the restart: finishing t1 and t0 releases dep
+        running = s2.tasks(state=S.RUNNING)
+        assert len(running) == 1
+        s2.finish(running[0].id, owner="w", state=S.SUCCEEDED, now=T0 + 11)
+        other = s2.claim_next(owner="w2", lease_expires=T0 + 60, now=T0 + 11, limit=1)[0]
+        ch = s2.finish(other.id, owner="w2", state=S.SUCCEEDED, now=T0 + 12)
+        assert ch is not None
+        assert [t.id for t in ch.dependents] == ["dep"]
+        assert s2.get("dep").unmet == 0
+    finally:
+        s2.close()
+
+
+def test_pragmas_on_every_connection(db: Path) -> None:
+    for durability, sync in (("durable", 2), ("fast", 1)):
+        path = db.with_name(f"{durability}.db")
+        s = SQLiteStore(path, durability=durability, busy_timeout=2.5)  # type: ignore[arg-type]
+        try:
+            seen: list[tuple[object, ...]] = []
+
+            def probe(s: SQLiteStore = s, seen: list[tuple[object, ...]] = seen) -> None:
+                c = s._db()
+                seen.append(
+                    (
+                        c.execute("PRAGMA journal_mode").fetchone()[0],
+                        c.execute("PRAGMA synchronous").fetchone()[0],
+                        c.execute("PRAGMA busy_timeout").fetchone()[0],
+                        c.isolation_level,
+                    )
+                )
+
+            probe()
+            th = threading.Thread(target=probe)
+            th.start()
+            th.join()
+            assert seen == [("wal", sync, 2500, None)] * 2
+            assert s._db() is s._db()  # one connection per thread
+        finally:
+            s.close()
+
+
+def test_schema_version_and_application_id(store: SQLiteStore, db: Path) -> None:
+    c = _raw(db)
+    assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert c.execute("PRAGMA application_id").fetchone()[0] == sqlite_mod.APPLICATION_ID
+    idx = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"tasks_due", "tasks_ready", "tasks_lease", "tasks_state"} <= idx
+    c.close()
+
+
+def test_queries_use_the_indexes(store: SQLiteStore) -> None:
+    """The hot paths read their partial index in order: no full scan, no sort."""
+    store.insert_many([_task(f"t{i}", due=T0 + i, queue=f"q{i % 3}") for i in range(50)])
+    store.promote([f"t{i}" for i in range(0, 50, 2)], T0 + 100)
+    store.claim_next(owner="w", lease_expires=T0 + 60, now=T0, limit=5)
+    plans: list[str] = []
+    real = store._db()
+
+    class Spy:
+        def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+            if sql.lstrip().startswith("SELECT") and "FROM tasks" in sql:
+                p = real.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+                plans.append(" | ".join(r[-1] for r in p))
+            return real.execute(sql, params)
+
+    conn = Spy()
+    store._local.conn = conn
+    try:
+        store.due_before(T0 + 10, limit=5)
+        store.ready(limit=5, queues=["q1"])
+        store.expired_leases(T0 + 99, limit=5)
+    finally:
+        store._local.conn = real
+    assert len(plans) == 3, plans
+    for name, plan in zip(("tasks_due", "tasks_ready", "tasks_lease"), plans, strict=True):
+        assert f"USING INDEX {name}" in plan or f"COVERING INDEX {name}" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan
+
+
+def test_migrations_run_in_order(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    SQLiteStore(db).close()
+    extra = ("ALTER TABLE tasks ADD COLUMN note TEXT",)
+    monkeypatch.setattr(sqlite_mod, "_MIGRATIONS", (*sqlite_mod._MIGRATIONS, extra))
+    monkeypatch.setattr(sqlite_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    s = SQLiteStore(db)
+    s.close()
+    c = _raw(db)
+    assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+    assert "note" in {r[1] for r in c.execute("PRAGMA table_info(tasks)")}
+    c.close()
+
+
+# -- encoding ---------------------------------------------------------------------------------------
+def test_times_are_integer_microseconds(store: SQLiteStore, db: Path) -> None:
+    store.insert(_task("a", due=T0 + 0.1234564))
+    c = _raw(db)
+    due, typ = c.execute("SELECT due, typeof(due) FROM tasks WHERE id = 'a'").fetchone()
+    c.close()
+    assert typ == "integer"
+    assert due == round((T0 + 0.1234564) * 1e6)
+    assert store.get("a").due == pytest.approx(T0 + 0.123456, abs=1e-7)
+    with pytest.raises(InvalidScheduleError, match="finite"):
+        store.insert(_task("nan", due=float("nan")))
+
+
+def test_callables_are_stored_as_references(store: SQLiteStore) -> None:
+    t = store.insert(_task("a", func=refs.func_ref)).task
+    assert t.func == "timewheel.refs:func_ref"
+    assert store.get("a").func == "timewheel.refs:func_ref"
+    with pytest.raises(SerializationError, match="lambda"):
+        store.insert(_task("b", func=lambda: None))
+    with pytest.raises(SerializationError, match=r"args\[0\] is a tuple"):
+        store.insert(_task("c", args=((1, 2),)))
+
+    class Local(Exception): ...
+
+    with pytest.raises(SerializationError, match="inside another function"):
+        store.insert(_task("d", retry=Retry(max_attempts=2, retry_on=(Local,))))
+    assert [t.id for t in store.tasks()] == ["a"]
+
+
+def test_result_that_is_not_json_is_kept_as_marked_repr(store: SQLiteStore) -> None:
+    store.insert_many([_task("a"), _task("b")])
+    store.promote(["a", "b"], T0)
+    store.claim_next(owner="w", lease_expires=T0 + 9, now=T0, limit=2)
+    ch = store.finish("a", owner="w", state=S.SUCCEEDED, now=T0, result={1, 2})
+    assert ch is not None
+    assert isinstance(ch.task.result, refs.ResultRepr)
+    assert store.get("a").result == "{1, 2}"
+    assert isinstance(store.get("a").result, refs.ResultRepr)
+    store.finish("b", owner="w", state=S.SUCCEEDED, now=T0, result=(1, [2]))
+    assert store.get("b").result == [1, [2]]  # results come back as JSON gives them
+
+
+def test_finish_rejects_lease_fields(store: SQLiteStore) -> None:
+    store.insert(_task("a"))
+    store.promote(["a"], T0)
+    store.claim_next(owner="w", lease_expires=T0 + 9, now=T0, limit=1)
+    with pytest.raises(TypeError, match="clears the lease"):
+        store.finish("a", owner="w", state=S.SUCCEEDED, now=T0, lease_owner="x")
+    with pytest.raises(TypeError, match="cannot change 'unmet'"):
+        store.finish("a", owner="w", state=S.SUCCEEDED, now=T0, unmet=3)
+
+
+# -- unresolvable functions ---------------------------------------------------------------------------
+def test_unresolvable_functions_are_not_claimed(
+    store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    ghost = "no_such_module_for_tw_tests:job"
+    store.insert_many([_task("g1", func=ghost, priority=5), _task("g2", func=ghost), _task("ok")])
+    store.promote(["g1", "g2", "ok"], T0)
+    with caplog.at_level(logging.WARNING, logger="timewheel.stores.sqlite"):
+        got = store.claim_next(owner="w", lease_expires=T0 + 9, now=T0, limit=10)
+        assert [t.id for t in got] == ["ok"]
+        assert store.claim_next(owner="w", lease_expires=T0 + 9, now=T0, limit=10) == []
+    assert sum(ghost in r.getMessage() for r in caplog.records) == 1  # warned once
+    assert store.get("g1").state is S.READY
+    assert store.get("g1").func == ghost  # read back as the string
+    assert store.unresolvable() == {ghost: 2}
+    assert store.statistics(T0).unresolvable == {ghost: 2}
+
+    refs.register_task(ghost, refs.func_ref)  # now this process can run it
+    try:
+        got = store.claim_next(owner="w", lease_expires=T0 + 9, now=T0, limit=10)
+        assert [t.id for t in got] == ["g1", "g2"]
+        assert store.unresolvable() == {}
+    finally:
+        refs.unregister(ghost)
+
+
+# -- bad files: clear errors, the file untouched ---------------------------------------------------------
+def _bytes(p: Path) -> bytes:
+    return p.read_bytes()
+
+
+def test_missing_parent_directory(tmp_path: Path) -> None:
+    p = tmp_path / "nope" / "tw.db"
+    with pytest.raises(StoreError, match=r"directory .*nope.* does not exist; create it"):
+        SQLiteStore(p)
+    assert not p.parent.exists()
+
+
+def test_not_a_database(db: Path) -> None:
+    junk = os.urandom(8192)
+    db.write_bytes(junk)
+    with pytest.raises(StoreCorruptError, match=r"is not an SQLite database") as info:
+        SQLiteStore(db)
+    assert str(db) in str(info.value)
+    assert _bytes(db) == junk
+    assert not Path(f"{db}-wal").exists()
+
+
+def test_text_file(db: Path) -> None:
+    db.write_text("hello, I am a config file\n")
+    with pytest.raises(StoreCorruptError):
+        SQLiteStore(db)
+    assert db.read_text() == "hello, I am a config file\n"
+
+
+def test_corrupt_database(db: Path) -> None:
+    SQLiteStore(db).close()
+    data = bytearray(_bytes(db))
+    data[100:4096] = os.urandom(3996)  # page 1 after the header: the schema b-tree
+    db.write_bytes(bytes(data))
+    with pytest.raises(StoreCorruptError, match=r"not a usable SQLite database.*backup"):
+        SQLiteStore(db)
+    assert _bytes(db) == bytes(data)
+
+
+def test_database_of_another_application(db: Path) -> None:
+    c = _raw(db)
+    c.execute("CREATE TABLE invoices (id INTEGER)")
+    c.close()
+    before = _bytes(db)
+    with pytest.raises(StoreCorruptError, match=r"another application.*invoices"):
+        SQLiteStore(db)
+    assert _bytes(db) == before
+
+
+def test_newer_schema(db: Path) -> None:
+    SQLiteStore(db).close()
+    c = _raw(db)
+    c.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    c.close()
+    before = _bytes(db)
+    with pytest.raises(SchemaVersionError, match=rf"schema version {SCHEMA_VERSION + 5}.*upgrade"):
+        SQLiteStore(db)
+    assert _bytes(db) == before
+
+
+def test_read_only_file(db: Path) -> None:
+    s = SQLiteStore(db)
+    s.insert(_task("a"))
+    s.close()
+    before = _bytes(db)
+    db.chmod(0o444)
+    try:
+        with pytest.raises(StoreError, match=r"read-only; .*chmod"):
+            SQLiteStore(db)
+        assert _bytes(db) == before
+    finally:
+        db.chmod(0o644)
+
+
+def test_read_only_directory(tmp_path: Path) -> None:
+    d = tmp_path / "ro"
+    d.mkdir()
+    SQLiteStore(d / "tw.db").close()
+    before = _bytes(d / "tw.db")
+    d.chmod(0o555)
+    try:
+        with pytest.raises(StoreError, match=r"directory .* is read-only.*-wal"):
+            SQLiteStore(d / "tw.db")
+        with pytest.raises(StoreError, match="read-only"):
+            SQLiteStore(d / "new.db")
+    finally:
+        d.chmod(0o755)
+    assert _bytes(d / "tw.db") == before
+
+
+def test_bad_paths_and_options(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="MemoryStore"):
+        SQLiteStore(":memory:")
+    with pytest.raises(StoreError, match="is a directory"):
+        SQLiteStore(tmp_path)
+    with pytest.raises(InvalidScheduleError, match="durability"):
+        SQLiteStore(tmp_path / "x.db", durability="sloppy")  # type: ignore[arg-type]
+    with pytest.raises(InvalidScheduleError, match="busy_timeout"):
+        SQLiteStore(tmp_path / "x.db", busy_timeout=-1)
+
+
+def test_closed_store_refuses(db: Path) -> None:
+    s = SQLiteStore(db)
+    s.close()
+    s.close()
+    with pytest.raises(StoreError, match="is closed"):
+        s.find("a")
+
+
+def test_lock_timeout_is_a_store_error(db: Path) -> None:
+    s = SQLiteStore(db, busy_timeout=0.05)
+    c = _raw(db)
+    c.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreError, match=r"stayed locked .*busy_timeout"):
+            s.insert(_task("a"))
+    finally:
+        c.execute("ROLLBACK")
+        c.close()
+    s.insert(_task("a"))
+    s.close()
+
+
+# -- processes -------------------------------------------------------------------------------------------
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_fork_child_opens_its_own_connection(store: SQLiteStore) -> None:
+    store.insert_many([_task("a"), _task("b")])
+    store.promote(["a", "b"], T0)
+    parent_conn = store._db()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = 1
+        try:
+            c = store._db()
+            got = store.claim_next(owner="child", lease_expires=T0 + 9, now=T0, limit=1)
+            ok = c is not parent_conn and [t.id for t in got] == ["a"]
+            ok = ok and parent_conn in sqlite_mod._ORPHANS
+            code = 0 if ok else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store._db() is parent_conn  # the parent keeps its connection
+    assert store.get("a").lease_owner == "child"
+    assert [t.id for t in store.claim_next(owner="p", lease_expires=T0 + 9, now=T0, limit=5)] == [
+        "b"
+    ]
+    assert store.integrity_check() == []
+
+
+def test_pickle_reopens_the_file(store: SQLiteStore) -> None:
+    store.insert(_task("a"))
+    copy = pickle.loads(pickle.dumps(store))
+    try:
+        assert copy.path == store.path
+        assert copy.durability == store.durability
+        assert copy.get("a") == store.get("a")
+    finally:
+        copy.close()
+
+
+# -- maintenance and inspection ----------------------------------------------------------------------------
+def test_checkpoint_and_integrity(store: SQLiteStore, db: Path) -> None:
+    store.insert_many([_task(f"t{i}") for i in range(500)])
+    assert Path(f"{db}-wal").stat().st_size > 0
+    assert store.checkpoint() is True
+    assert Path(f"{db}-wal").stat().st_size == 0
+    assert store.integrity_check() == []
+    with pytest.raises(InvalidScheduleError):
+        store.checkpoint("SOMETIMES")  # type: ignore[arg-type]
+
+
+def test_idle_claim_runs_a_checkpoint(store: SQLiteStore, db: Path) -> None:
+    store.insert_many([_task(f"t{i}") for i in range(300)])
+    store._last_checkpoint -= 3600
+    assert store.claim_next(owner="w", lease_expires=T0, now=T0, limit=5) == []
+    assert Path(f"{db}-wal").stat().st_size == 0
+
+
+def test_inspection_queries(store: SQLiteStore) -> None:
+    store.insert_many(
+        [_task("soon", due=T0 + 30), _task("later", due=T0 + 150), _task("far", due=T0 + 7200)]
+        + [_task(f"r{i}", due=T0 - 40 + i) for i in range(3)]
+        + [_task(f"f{i}", due=T0 - 100) for i in range(3)]
+    )
+    store.promote(["r0", "r1", "r2", "f0", "f1", "f2"], T0)
+    for i, end in enumerate((S.FAILED, S.TIMED_OUT, S.SUCCEEDED)):
+        store.claim(f"f{i}", expected_version=1, owner="w", lease_expires=T0 + 5, now=T0)
+        store.finish(f"f{i}", owner="w", state=end, now=T0 + i, error=f"boom {i}")
+    assert store.oldest_ready_age(T0) == pytest.approx(40)
+    hist = store.due_histogram(T0, horizon=300, bucket=60)
+    assert hist == [(T0, 1), (T0 + 60, 0), (T0 + 120, 1), (T0 + 180, 0), (T0 + 240, 0)]
+    assert [t.id for t in store.recent_failures(5)] == ["f1", "f0"]
+    st = store.statistics(T0)
+    assert st.counts == {S.PENDING: 3, S.READY: 3, S.FAILED: 1, S.TIMED_OUT: 1, S.SUCCEEDED: 1}
+    assert st.schema_version == SCHEMA_VERSION
+    assert st.size_bytes > 0
+    assert st.oldest_ready_age == pytest.approx(40)
+    assert MemoryStore().count_by_state() == {}
+    empty = SQLiteStore(Path(store.path).with_name("empty.db"))
+    assert empty.oldest_ready_age(T0) is None
+    empty.close()
+
+
+def test_open_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    s = open_store("sqlite:///rel.db?durability=fast&busy_timeout=1.5")
+    assert isinstance(s, SQLiteStore)
+    assert (s.path, s.durability, s.busy_timeout) == (str(tmp_path / "rel.db"), "fast", 1.5)
+    s.close()
+    absolute = tmp_path / "abs.db"
+    s = open_store(f"sqlite:///{absolute}")
+    assert isinstance(s, SQLiteStore)
+    assert s.path == str(absolute)
+    s.close()
+    assert isinstance(open_store("memory://"), MemoryStore)
+    for bad, match in [
+        ("postgres://x/y", "unknown store scheme"),
+        ("rel.db", "no scheme"),
+        ("sqlite://host/x.db", "has a host"),
+        ("sqlite:///x.db?color=red", "unknown option 'color'"),
+        ("sqlite:///", "names no file"),
+        ("memory://x", "takes no path"),
+    ]:
+        with pytest.raises(InvalidScheduleError, match=match):
+            open_store(bad)
+
+
+def test_sqlite_version_is_recent_enough() -> None:
+    assert sqlite3.sqlite_version_info >= sqlite_mod._MIN_SQLITE, sys.version

@@ -1,0 +1,91 @@
+"""timewheel: an embeddable, in-process task scheduler built on a hierarchical timing wheel."""
+
+from __future__ import annotations
+
+from timewheel import testing as testing  # tw.testing.FakeClock without another import
+from timewheel.clock import Clock, SystemClock
+from timewheel.dispatch import Dispatcher, InlineDispatcher, ThreadPoolDispatcher
+from timewheel.errors import (
+    DuplicateKeyError,
+    InvalidScheduleError,
+    InvalidTransitionError,
+    JobCancelledError,
+    JobTimeoutError,
+    SchedulerStateError,
+    SchemaVersionError,
+    SerializationError,
+    StoreCorruptError,
+    StoreError,
+    TaskFailedError,
+    TaskNotFoundError,
+    TimewheelError,
+    VersionConflictError,
+)
+from timewheel.recurring import Registry, Schedule
+from timewheel.rules import CronRule, IntervalRule, Misfire, Overlap
+from timewheel.scheduler import (
+    Event,
+    Job,
+    Scheduler,
+    SchedulerStatistics,
+    Step,
+    TaskFunction,
+    chain,
+    cron,
+    default_scheduler,
+    every,
+    schedule,
+    step,
+)
+from timewheel.stores import MemoryStore, Store
+from timewheel.task import Retry, Task, TaskState
+from timewheel.wheel import TimingWheel
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Clock",
+    "CronRule",
+    "Dispatcher",
+    "DuplicateKeyError",
+    "Event",
+    "InlineDispatcher",
+    "IntervalRule",
+    "InvalidScheduleError",
+    "InvalidTransitionError",
+    "Job",
+    "JobCancelledError",
+    "JobTimeoutError",
+    "MemoryStore",
+    "Misfire",
+    "Overlap",
+    "Registry",
+    "Retry",
+    "Schedule",
+    "Scheduler",
+    "SchedulerStateError",
+    "SchedulerStatistics",
+    "SchemaVersionError",
+    "SerializationError",
+    "Step",
+    "Store",
+    "StoreCorruptError",
+    "StoreError",
+    "SystemClock",
+    "Task",
+    "TaskFailedError",
+    "TaskFunction",
+    "TaskNotFoundError",
+    "TaskState",
+    "ThreadPoolDispatcher",
+    "TimewheelError",
+    "TimingWheel",
+    "VersionConflictError",
+    "__version__",
+    "chain",
+    "cron",
+    "default_scheduler",
+    "every",
+    "schedule",
+    "step",
+]

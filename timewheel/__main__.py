@@ -1,0 +1,7 @@
+"""``python -m timewheel``: the same as the ``timewheel`` command."""
+
+import sys
+
+from timewheel.cli import main
+
+sys.exit(main())

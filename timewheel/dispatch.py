@@ -1,0 +1,448 @@
+"""Dispatchers: who runs READY tasks, and how a run claims, heartbeats and completes.
+
+Dispatch is driven by worker capacity, never by time: workers **pull** from the ready queue, so a
+spike of due tasks waits in the queue (and, past its bound, as READY rows in the store) instead of
+being pushed onto busy workers.
+
+A run is: claim READY -> RUNNING with a lease (compare-and-swap: a lost claim means another worker
+has it, and this one moves on), call the function, then SUCCEEDED, or FAILED / TIMED_OUT, or back
+to PENDING at ``now + backoff`` when the retry policy allows another attempt. While it runs, the
+dispatcher's heartbeat extends the lease. A worker that dies stops heartbeating; the trigger loop
+then finds the expired lease and runs the task again: delivery is **at least once**, so handlers
+must be idempotent. A task never runs twice *at once* on one lease: a late finisher whose lease was
+taken over is ignored.
+
+- :class:`InlineDispatcher` runs tasks in the thread that advances a ``FakeClock`` (or calls
+  ``Scheduler.run_pending()``): deterministic, for tests.
+- :class:`ThreadPoolDispatcher` (the default) runs N worker threads and one heartbeat thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from timewheel._ready import ReadyQueue
+from timewheel.clock import Clock
+from timewheel.stores.base import Changed, Store
+from timewheel.task import Task, TaskState
+
+__all__ = [
+    "Dispatcher",
+    "Engine",
+    "InlineDispatcher",
+    "ThreadPoolDispatcher",
+    "complete",
+    "run_task",
+]
+
+log = logging.getLogger("timewheel.dispatch")
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """**Protocol:** what a dispatcher needs from the scheduler that owns it."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def ready_queue(self) -> ReadyQueue: ...
+    @property
+    def lease(self) -> float: ...
+
+    def _resolve(self, task: Task) -> Callable[..., Any]:
+        """The callable for *task* (raises ``SerializationError`` if it cannot be resolved)."""
+        ...
+
+    def _started(self, task: Task) -> None:
+        """Called once a claim succeeded, before the function runs."""
+        ...
+
+    def _finished(self, changed: Changed, exc: BaseException | None, event: str) -> None:
+        """Called after a run's outcome is stored (*event*: succeeded/failed/retried/timed_out)."""
+        ...
+
+
+@runtime_checkable
+class Dispatcher(Protocol):
+    """**Protocol:** runs READY tasks pulled from an engine's ready queue."""
+
+    def start(self, engine: Engine) -> None:
+        """Begin serving *engine*. Called once by ``Scheduler.start()``."""
+        ...
+
+    def wakeup(self) -> None:
+        """New tasks may be ready."""
+        ...
+
+    def run_ready(self) -> list[Task]:
+        """Run what is ready in the calling thread (inline dispatchers); the tasks that ran."""
+        ...
+
+    def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop claiming; finish (wait) or release in-flight tasks back to READY."""
+        ...
+
+
+def _summary(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return text if len(text) <= 2000 else text[:1997] + "..."
+
+
+def complete(
+    engine: Engine,
+    task: Task,
+    owner: str,
+    *,
+    result: Any = None,
+    exc: BaseException | None = None,
+    timed_out: bool = False,
+) -> Changed | None:
+    """Store the outcome of *owner*'s run of *task* (the version it claimed), applying retries.
+
+    Returns None when *owner* no longer holds the task (the outcome is discarded).
+    """
+    store = engine.store
+    now = engine.clock.time()
+    if exc is None and not timed_out:
+        changed = store.finish(
+            task.id, owner=owner, state=TaskState.SUCCEEDED, now=now, result=result
+        )
+        event = "succeeded"
+    else:
+        err: BaseException = (
+            exc
+            if exc is not None
+            else TimeoutError(f"task {task.id!r} timed out after {task.timeout} s")
+        )
+        summary = _summary(err)
+        if task.retry.should_retry(task.attempts, err):
+            due = now + task.retry.delay_for(task.attempts)
+            changed = store.finish(
+                task.id, owner=owner, state=TaskState.PENDING, now=now, due=due, error=summary
+            )
+            event = "timed_out" if timed_out else "retried"
+        else:
+            state = TaskState.TIMED_OUT if timed_out else TaskState.FAILED
+            keep = None if store.durable else err
+            changed = store.finish(
+                task.id, owner=owner, state=state, now=now, error=summary, result=keep
+            )
+            event = "timed_out" if timed_out else "failed"
+    if changed is None:
+        log.warning(
+            "task %r: outcome of run %d discarded, lease of %s was lost (it may run again)",
+            task.id,
+            task.attempts,
+            owner,
+        )
+        return None
+    engine._finished(changed, exc, event)
+    return changed
+
+
+def run_task(
+    engine: Engine, task: Task, owner: str, running: _Running | None = None
+) -> Task | None:
+    """Claim *task* (a READY snapshot) for *owner*, run it, and store the outcome.
+
+    Returns the claimed snapshot (RUNNING) if this call ran it, else None (claim lost).
+    """
+    clock = engine.clock
+    store = engine.store
+    try:
+        func = engine._resolve(task)
+    except Exception as e:
+        log.error("task %r not claimed: %s", task.id, e)
+        return None
+    now = clock.time()
+    claimed = store.claim(
+        task.id,
+        expected_version=task.version,
+        owner=owner,
+        lease_expires=now + engine.lease,
+        now=now,
+    )
+    if claimed is None:
+        return None
+    if running is not None:
+        running.add(claimed, owner, clock.monotonic())
+    try:
+        engine._started(claimed)
+        started = clock.monotonic()
+        try:
+            result = func(*claimed.args, **claimed.kwargs)
+        except BaseException as e:  # SystemExit too: a task must never end its worker thread
+            log.info("task %r failed (attempt %d): %s", claimed.id, claimed.attempts, _summary(e))
+            complete(engine, claimed, owner, exc=e)
+            if isinstance(e, KeyboardInterrupt):
+                raise  # only the main thread gets one (inline dispatch): let it stop the program
+        else:
+            late = claimed.timeout is not None and clock.monotonic() - started > claimed.timeout
+            if late:
+                complete(engine, claimed, owner, timed_out=True)
+            else:
+                complete(engine, claimed, owner, result=result)
+    except Exception:  # the engine's own bookkeeping failed: never kill the worker
+        log.exception("task %r: error while completing the run", claimed.id)
+    finally:
+        if running is not None:
+            running.remove(claimed.id, owner)
+    return claimed
+
+
+class _Running:
+    """Tasks running in one dispatcher: for heartbeats, timeouts and shutdown release."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_id: dict[str, tuple[Task, str, float]] = {}
+
+    def add(self, task: Task, owner: str, started: float) -> None:
+        with self._lock:
+            self._by_id[task.id] = (task, owner, started)
+
+    def remove(self, task_id: str, owner: str) -> None:
+        with self._lock:
+            cur = self._by_id.get(task_id)
+            if cur is not None and cur[1] == owner:
+                del self._by_id[task_id]
+
+    def snapshot(self) -> list[tuple[Task, str, float]]:
+        with self._lock:
+            return list(self._by_id.values())
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+def _owner_prefix() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{id(object()) & 0xFFFFFF:06x}"
+
+
+class InlineDispatcher:
+    """Runs ready tasks in the calling thread: the thread that advances a ``FakeClock`` or calls
+    ``Scheduler.run_pending()``. Deterministic: tasks run one at a time, in ready-queue order.
+
+    A per-task ``timeout`` is checked after the run returns (a function cannot be interrupted).
+    """
+
+    def __init__(self, queues: Sequence[str] | None = None) -> None:
+        self.queues = None if queues is None else tuple(queues)
+        self._engine: Engine | None = None
+        self._owner = f"inline:{_owner_prefix()}"
+
+    def start(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def wakeup(self) -> None:
+        """Nothing to wake: work runs when the clock advances."""
+
+    def run_ready(self) -> list[Task]:
+        engine = self._engine
+        if engine is None:
+            return []
+        ran: list[Task] = []
+        ready = engine.ready_queue
+        while (task := ready.pull_nowait(self.queues)) is not None:
+            claimed = run_task(engine, task, self._owner)
+            if claimed is not None:
+                ran.append(claimed)
+        return ran
+
+    def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        self._engine = None
+
+    def __repr__(self) -> str:
+        return f"InlineDispatcher(queues={self.queues!r})"
+
+
+class ThreadPoolDispatcher:
+    """N worker threads pulling from the ready queue, plus one heartbeat/timeout thread.
+
+    Args:
+        workers: worker threads (default: ``min(32, cpu_count + 4)``).
+        queues: the queue names served (None: all).
+        heartbeat: seconds between lease extensions (default: a third of the engine's lease).
+
+    A task that overruns its ``timeout`` is abandoned: it is stored as TIMED_OUT (or retried), its
+    eventual result is discarded, and a replacement worker keeps the pool at full strength (a
+    Python thread cannot be killed; the abandoned one exits when the function returns).
+    """
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        queues: Sequence[str] | None = None,
+        heartbeat: float | None = None,
+    ) -> None:
+        if workers is None:
+            workers = min(32, (os.cpu_count() or 1) + 4)
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1 (got {workers})")
+        self.workers = workers
+        self.queues = None if queues is None else tuple(queues)
+        self._heartbeat = heartbeat
+        self._engine: Engine | None = None
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._running = _Running()
+        self._abandoned: set[str] = set()
+        self._lock = threading.Lock()
+        self._hb_cond = threading.Condition()
+        self._prefix = _owner_prefix()
+        self._seq = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self, engine: Engine) -> None:
+        if self._engine is not None:
+            raise RuntimeError("ThreadPoolDispatcher.start() called twice")
+        self._engine = engine
+        for _ in range(self.workers):
+            self._spawn()
+        hb = threading.Thread(target=self._heartbeat_loop, name="timewheel-heartbeat", daemon=True)
+        hb.start()
+        self._threads.append(hb)
+
+    def _spawn(self) -> None:
+        with self._lock:
+            self._seq += 1
+            owner = f"{self._prefix}:w{self._seq}"
+        t = threading.Thread(
+            target=self._worker, args=(owner,), name=f"timewheel-{owner}", daemon=True
+        )
+        with self._lock:
+            self._threads.append(t)
+        t.start()
+
+    def wakeup(self) -> None:
+        """Workers block on the ready queue and wake by themselves."""
+
+    def run_ready(self) -> list[Task]:
+        return []
+
+    # -- workers ----------------------------------------------------------------------------
+    def _worker(self, owner: str) -> None:
+        engine = self._engine
+        assert engine is not None
+        ready = engine.ready_queue
+        while not self._stop.is_set():
+            task = ready.pull(self.queues, timeout=0.5)
+            if task is None:
+                continue
+            if self._stop.is_set():
+                break  # it stays READY in the store
+            try:
+                run_task(engine, task, owner, self._running)
+            except Exception:  # pragma: no cover - run_task already guards; belt and braces
+                log.exception("worker %s: unexpected error", owner)
+            with self._lock:
+                if owner in self._abandoned:
+                    self._abandoned.discard(owner)
+                    return  # a replacement took this worker's place
+
+    def _heartbeat_loop(self) -> None:
+        engine = self._engine
+        assert engine is not None
+        clock = engine.clock
+        interval = self._heartbeat or max(0.01, engine.lease / 3)
+        deadline = clock.monotonic() + interval
+        while not self._stop.is_set():
+            with self._hb_cond:
+                remaining = deadline - clock.monotonic()
+                if remaining > 0:
+                    clock.wait(self._hb_cond, min(remaining, 0.25))
+            if self._stop.is_set():
+                return
+            mono = clock.monotonic()
+            # timeouts are checked every pass; leases are extended every interval
+            for task, owner, started in self._running.snapshot():
+                if task.timeout is not None and mono - started > task.timeout:
+                    self._running.remove(task.id, owner)
+                    with self._lock:
+                        self._abandoned.add(owner)
+                    try:
+                        complete(engine, task, owner, timed_out=True)
+                    except Exception:
+                        log.exception("task %r: error while timing it out", task.id)
+                    if not self._stop.is_set():
+                        self._spawn()
+            if mono < deadline:
+                continue
+            deadline = mono + interval
+            self.beat()
+
+    def beat(self) -> None:
+        """Extend the lease of every task running in this pool, now.
+
+        The heartbeat thread calls it every interval; a ``FakeClock`` driving the scheduler
+        calls it before reaping, as live workers would have heartbeated while fake time passed.
+        """
+        engine = self._engine
+        if engine is None:
+            return
+        now = engine.clock.time()
+        for task, owner, _ in self._running.snapshot():
+            try:
+                ok = engine.store.heartbeat(
+                    task.id, owner=owner, lease_expires=now + engine.lease, now=now
+                )
+            except Exception:
+                log.exception("task %r: heartbeat failed", task.id)
+                continue
+            if not ok:
+                log.warning(
+                    "task %r: lease of %s was lost; its result will be discarded", task.id, owner
+                )
+
+    def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop claiming; with *wait*, let in-flight tasks finish for up to *timeout* seconds;
+        tasks still running then are released to READY at once (not after a lease expiry)."""
+        engine = self._engine
+        self._stop.set()
+        if engine is None:
+            return
+        engine.ready_queue.wake_all()
+        with self._hb_cond:
+            self._hb_cond.notify_all()
+        if wait:
+            import time
+
+            end = None if timeout is None else time.monotonic() + timeout
+            for t in list(self._threads):
+                if t is threading.current_thread():
+                    continue
+                t.join(None if end is None else max(0.0, end - time.monotonic()))
+        now = engine.clock.time()
+        for task, owner, _ in self._running.snapshot():
+            try:
+                changed = engine.store.finish(
+                    task.id,
+                    owner=owner,
+                    state=TaskState.READY,
+                    now=now,
+                    error="released at shutdown",
+                )
+            except Exception:
+                log.exception("task %r: release at shutdown failed", task.id)
+                continue
+            if changed is not None:
+                self._running.remove(task.id, owner)
+                log.info("task %r released to READY at shutdown", task.id)
+        self._engine = None
+
+    @property
+    def in_flight(self) -> int:
+        """Tasks running now."""
+        return len(self._running)
+
+    def __repr__(self) -> str:
+        return f"ThreadPoolDispatcher(workers={self.workers}, queues={self.queues!r})"

@@ -1,0 +1,1204 @@
+"""Recurrence rules: cron expressions in a time zone, fixed intervals, misfire and overlap policies.
+
+A recurring schedule stores its **rule**, never its future instances. The scheduler asks the rule
+for the first fire instant strictly after the previous scheduled slot (:meth:`Rule.next_after`);
+instants are floats of UTC seconds since the Unix epoch, and the instants a rule returns for a
+chain of calls are strictly increasing. This module owns rules, never timers: it reads no clock
+and imports nothing of the package but :mod:`timewheel.errors`.
+
+Cron (:class:`CronRule`)
+    Five fields ``minute hour day-of-month month day-of-week``, or six with the **seconds field
+    last** (``minute hour day-of-month month day-of-week second``, croniter's order), or one of the
+    aliases ``@yearly @annually @monthly @weekly @daily @midnight @hourly``. The expression is
+    evaluated on the wall clock of a :mod:`zoneinfo` zone (default UTC) by croniter, which does
+    the calendar arithmetic on naive local times; this module maps those local times to UTC
+    itself, following Vixie cron across DST changes:
+
+    * a **fixed-time** job is one whose minute and hour fields both do not start with ``*``
+      (``30 2 * * *``, ``0 9-17 * * *``, ``@daily``). A local time of a fixed-time job that falls
+      in a skipped interval (spring forward) fires once, at the first instant after the gap
+      (``30 2 * * *`` in New York on 2026-03-08 fires at 03:00 EDT = 07:00 UTC). A local time in
+      a repeated interval (fall back) fires once, in the first pass (``30 1 * * *`` on
+      2026-11-01 fires at 01:30 EDT = 05:30 UTC, not again at 01:30 EST).
+    * a **wildcard** job (minute or hour field starts with ``*``: ``* * * * *``, ``*/15 * * * *``,
+      ``30 * * * *``, ``@hourly``) fires at every instant whose local time matches: local times
+      in a skipped interval do not exist and never fire, and a repeated interval fires in both
+      passes (``* * * * *`` fires 1,380 times on the New York spring-forward day and 1,500 times
+      on the fall-back day; ``0 * * * *`` fires 23 and 25 times).
+
+    Several local times that land on the same instant (``0,30 2 * * *`` on a spring-forward day)
+    fire once. Day-of-month and day-of-week combine as in Vixie cron: if either field starts with
+    ``*`` both must match, otherwise either may match.
+
+    Expressions are validated at construction: a malformed field raises
+    :class:`~timewheel.errors.InvalidScheduleError` naming the field and the reason; an
+    expression that can never fire (``0 0 30 2 *``) is refused; so are spellings that croniter 7
+    reads differently from classic cron (``5-5``, which croniter 7 expands to the whole field,
+    and ``6/1`` in the day-of-week field, which classic cron reads as Saturday and Sunday and
+    croniter 7 as Saturday only).
+
+Intervals (:class:`IntervalRule`)
+    Slots at ``start + k * every`` in elapsed UTC seconds, computed by multiplication, so they
+    never drift, however late each run starts or finishes.
+
+Jitter is not part of a slot: :meth:`Rule.jittered` spreads the actual run time, while the next
+slot is computed from the unjittered one.
+
+Misfires (:class:`Misfire`, :func:`plan_misfires`) and overlap (:class:`Overlap`) are policy
+values plus one pure decision function; the scheduler applies them.
+"""
+
+from __future__ import annotations
+
+import calendar
+import dataclasses
+import enum
+import math
+import random
+import re
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Protocol, runtime_checkable
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadDateError, CroniterError, croniter
+
+from timewheel.errors import InvalidScheduleError
+
+__all__ = [
+    "CronRule",
+    "IntervalRule",
+    "Misfire",
+    "MisfirePlan",
+    "Overlap",
+    "Rule",
+    "make_rule",
+    "parse_every",
+    "plan_misfires",
+    "resolve_zone",
+    "rule_from_spec",
+]
+
+_UTC = timezone.utc
+_NAIVE_EPOCH = datetime(1970, 1, 1)
+_UTC_KEYS = frozenset(
+    {"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"}
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Rule protocol
+# --------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Rule(Protocol):
+    """**Protocol:** a recurrence rule: where the slots of a recurring schedule fall.
+
+    Implementations must be thread-safe, and for any chain ``s1 = next_after(t)``,
+    ``s2 = next_after(s1)``, ... the values must be strictly increasing.
+    """
+
+    def next_after(self, t: float) -> float | None:
+        """Return the first slot strictly after ``t`` (UTC epoch seconds); None when exhausted."""
+        ...
+
+    def jittered(self, slot: float, rng: random.Random) -> float:
+        """Return the instant a run for ``slot`` should actually start (``slot`` plus jitter)."""
+        ...
+
+    def describe(self) -> str:
+        """Return a one-line human description of the rule."""
+        ...
+
+    def to_spec(self) -> dict[str, object]:
+        """Return a JSON-serialisable dict that :func:`rule_from_spec` turns back into the rule."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Validation helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def _finite(name: str, value: object) -> float:
+    """Return ``value`` as a float, refusing bools, non-numbers, NaN and infinities."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidScheduleError(
+            f"{name} must be a number of seconds (got {value!r} that is a {_type_name(value)})"
+        )
+    result = float(value)
+    if not math.isfinite(result):
+        raise InvalidScheduleError(f"{name} must be a finite number of seconds (got {value!r})")
+    return result
+
+
+def _optional_instant(name: str, value: object) -> float | None:
+    """Validate an optional UTC instant (epoch seconds or an aware ``datetime``)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise InvalidScheduleError(
+                f"{name} must be an aware datetime or epoch seconds (got naive {value!r}); "
+                "attach a zone, e.g. value.replace(tzinfo=ZoneInfo('UTC'))"
+            )
+        return value.timestamp()
+    return _finite(name, value)
+
+
+def _jitter(value: object) -> float:
+    jitter = _finite("jitter", value)
+    if jitter < 0:
+        raise InvalidScheduleError(f"jitter must be >= 0 seconds (got {value!r})")
+    return jitter
+
+
+def _check_window(start: float | None, end: float | None) -> None:
+    if start is not None and end is not None and not start < end:
+        raise InvalidScheduleError(
+            f"start must be before end (got start={start!r}, end={end!r}); "
+            "end is exclusive, so start == end would never fire"
+        )
+
+
+def _utc_text(t: float) -> str:
+    try:
+        return datetime.fromtimestamp(t, _UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return repr(t)
+
+
+def parse_every(value: object) -> float:
+    """Return an interval in seconds from a ``timedelta`` or a number of seconds.
+
+    Raises :class:`~timewheel.errors.InvalidScheduleError` unless the interval is finite and > 0.
+    """
+    seconds = value.total_seconds() if isinstance(value, timedelta) else _finite("every", value)
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise InvalidScheduleError(
+            f"every must be a positive interval (got {value!r}); pass seconds > 0 or a timedelta"
+        )
+    return seconds
+
+
+def resolve_zone(tz: object) -> ZoneInfo:
+    """Return the :class:`~zoneinfo.ZoneInfo` for ``tz``: a zone name, a ``ZoneInfo`` or None (UTC).
+
+    ``datetime.timezone.utc`` is accepted as UTC. Other fixed offsets and third-party tzinfo
+    objects are refused: a fixed offset taken from ``datetime.now().astimezone()`` stays on
+    standard time all summer, and a rule must be persistable by zone name.
+    """
+    if tz is None or tz is _UTC:
+        return ZoneInfo("UTC")
+    if isinstance(tz, ZoneInfo):
+        if tz.key is None:
+            raise InvalidScheduleError(
+                f"time zone {tz!r} has no key (built with ZoneInfo.from_file?) and cannot be "
+                "persisted; pass a zone name such as 'Europe/Berlin'"
+            )
+        return tz
+    if isinstance(tz, str):
+        try:
+            return ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+            raise InvalidScheduleError(
+                f"unknown time zone {tz!r}: use an IANA name such as 'Europe/Berlin', "
+                "'America/New_York' or 'UTC' (is the tzdata package installed?)"
+            ) from exc
+    raise InvalidScheduleError(
+        f"time zone must be an IANA zone name, a zoneinfo.ZoneInfo or None for UTC (got {tz!r} "
+        f"that is a {_type_name(tz)}); fixed offsets ignore daylight saving time"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Cron expression parsing
+# --------------------------------------------------------------------------------------------
+
+_MONTH_NAMES = {
+    name: number
+    for number, name in enumerate(
+        ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"),
+        start=1,
+    )
+}
+_DOW_NAMES = {
+    name: number for number, name in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))
+}
+
+_ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    low: int
+    high: int  # classic cron's upper bound (day-of-week: 7, an alias of Sunday)
+    names: Mapping[str, int]
+
+
+_MINUTE = _Field("minute", 0, 59, {})
+_HOUR = _Field("hour", 0, 23, {})
+_DOM = _Field("day-of-month", 1, 31, {})
+_MONTH = _Field("month", 1, 12, _MONTH_NAMES)
+_DOW = _Field("day-of-week", 0, 7, _DOW_NAMES)
+_SECOND = _Field("second", 0, 59, {})
+_FIELDS_5 = (_MINUTE, _HOUR, _DOM, _MONTH, _DOW)
+_FIELDS_6 = (*_FIELDS_5, _SECOND)
+_LAYOUT_5 = "minute hour day-of-month month day-of-week"
+_LAYOUT_6 = "minute hour day-of-month month day-of-week second"
+
+_ITEM_RE = re.compile(r"^(?:(\*)|([0-9A-Z]+)(?:-([0-9A-Z]+))?)(?:/([0-9]+))?$")
+_NTH_RE = re.compile(r"^([0-9A-Z]+)#([0-9]+)$")
+_LAST_DOW_RE = re.compile(r"^([0-9A-Z]+)L$")
+
+
+class _FieldError(Exception):
+    """A field failed to parse; carries the reason, the scheduler error names the field."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ParsedField:
+    text: str  # croniter spelling
+    values: frozenset[int]  # classic-cron reading of the plain items (dow 7 folded to 0)
+    special: bool  # contains L or # items (not compared with croniter's expansion)
+    wrapped: bool  # contains a wrap-around range such as FRI-MON
+
+
+def _value(field: _Field, token: str) -> int:
+    if token.isdigit():
+        number = int(token)
+    elif token in field.names:
+        number = field.names[token]
+    elif field.names:
+        raise _FieldError(
+            f"{token!r} is neither a number nor a {field.name} name "
+            f"({', '.join(sorted(field.names, key=field.names.__getitem__))})"
+        )
+    else:
+        raise _FieldError(f"{token!r} is not a number")
+    if not field.low <= number <= field.high:
+        raise _FieldError(f"value {number} is out of range {field.low}-{field.high}")
+    return number
+
+
+def _parse_item(field: _Field, item: str) -> tuple[str, set[int], bool, bool]:
+    """Parse one comma-separated item; return (croniter text, values, special, wrapped)."""
+    if item == "?":
+        raise _FieldError("'?' is not supported; write '*'")
+    if item.startswith("H"):
+        raise _FieldError("hashed values ('H') are not supported")
+    if field is _DOM:
+        if item == "L":
+            return "L", set(), True, False
+        if "W" in item:
+            raise _FieldError(f"{item!r}: 'W' (nearest weekday) is not supported")
+    if field is _DOW:
+        nth = _NTH_RE.match(item)
+        if nth:
+            day = _value(field, nth.group(1)) % 7
+            k = int(nth.group(2))
+            if not 1 <= k <= 5:
+                raise _FieldError(f"{item!r}: the week number after '#' must be 1-5")
+            return f"{day}#{k}", set(), True, False
+        last = _LAST_DOW_RE.match(item)
+        if last:
+            day = _value(field, last.group(1)) % 7
+            return f"L{day}", set(), True, False
+        if "L" in item and item.startswith("L"):
+            raise _FieldError(f"{item!r}: write the last Friday of the month as '5L'")
+    m = _ITEM_RE.match(item)
+    if not m:
+        raise _FieldError(
+            f"{item!r} is not a value, a range 'a-b', a step '*/n', 'a/n' or 'a-b/n', or a list"
+        )
+    star, first, second, step_text = m.groups()
+    step = 1
+    if step_text is not None:
+        step = int(step_text)
+        if step < 1:
+            raise _FieldError(f"step {step} must be >= 1")
+        if step > field.high - field.low:
+            raise _FieldError(
+                f"step {step} exceeds the {field.name} range {field.low}-{field.high}, so it "
+                "would fire only at the start of the range; cron cannot express longer "
+                "periods: use an interval (every=...) instead"
+            )
+    if star:
+        values = set(range(field.low, field.high + 1, step))
+        return item, values, False, False
+    low = _value(field, first)
+    if second is None:
+        values = {low} if step_text is None else set(range(low, field.high + 1, step))
+        return item, values, False, False
+    high = _value(field, second)
+    if low == high:
+        raise _FieldError(
+            f"{item!r} is a range with equal ends: croniter 7 reads it as every value of the "
+            f"field, classic cron as the single value {low}; write '{low}' or '*'"
+        )
+    if low > high:
+        if step_text is not None:
+            raise _FieldError(f"{item!r}: a wrap-around range cannot take a step")
+        values = set(range(low, field.high + 1)) | set(range(field.low, high + 1))
+        return item, values, False, True
+    return item, set(range(low, high + 1, step)), False, False
+
+
+def _parse_field(field: _Field, text: str) -> _ParsedField:
+    if text == "":
+        raise _FieldError("empty")
+    parts: list[str] = []
+    values: set[int] = set()
+    special = wrapped = False
+    for item in text.upper().split(","):
+        if item == "":
+            raise _FieldError("empty list item")
+        part, item_values, item_special, item_wrapped = _parse_item(field, item)
+        parts.append(part)
+        values |= item_values
+        special = special or item_special
+        wrapped = wrapped or item_wrapped
+    if field is _DOW:
+        values = {v % 7 for v in values}
+    return _ParsedField(",".join(parts), frozenset(values), special, wrapped)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Parsed:
+    source: str  # the expression as the user wrote it
+    canonical: str  # fields joined by one space, aliases expanded (what croniter receives)
+    fields: tuple[_ParsedField, ...]
+    raw: tuple[str, ...]  # the field texts as written (after alias expansion)
+    fixed: bool  # Vixie "fixed-time" job: neither minute nor hour starts with '*'
+
+    @property
+    def has_seconds(self) -> bool:
+        return len(self.fields) == 6
+
+
+def _field_error(expr: str, field: _Field, text: str, reason: str, layout: str) -> str:
+    return (
+        f"invalid cron expression {expr!r}: {field.name} field {text!r}: {reason} "
+        f"(fields: {layout})"
+    )
+
+
+def _parse_fields(expr: str, texts: list[str]) -> tuple[_ParsedField, ...]:
+    fields = _FIELDS_6 if len(texts) == 6 else _FIELDS_5
+    layout = _LAYOUT_6 if len(texts) == 6 else _LAYOUT_5
+    parsed: list[_ParsedField] = []
+    for field, text in zip(fields, texts, strict=False):
+        try:
+            parsed.append(_parse_field(field, text))
+        except _FieldError as exc:
+            message = _field_error(expr, field, text, str(exc), layout)
+            if len(texts) == 6 and _valid_seconds_first(texts):
+                rotated = " ".join([*texts[1:], texts[0]])
+                message += (
+                    "; this looks like a seconds-first (Quartz/Spring/cronsim) expression: "
+                    f"timewheel puts seconds last, so write {rotated!r}"
+                )
+            raise InvalidScheduleError(message) from None
+    return tuple(parsed)
+
+
+def _valid_seconds_first(texts: list[str]) -> bool:
+    rotated = [*texts[1:], texts[0]]
+    try:
+        for field, text in zip(_FIELDS_6, rotated, strict=False):
+            _parse_field(field, text)
+    except _FieldError:
+        return False
+    return True
+
+
+def _croniter_values(field: _Field, expanded: Sequence[object]) -> frozenset[int]:
+    if list(expanded) == ["*"]:
+        high = 6 if field is _DOW else field.high
+        return frozenset(range(field.low, high + 1))
+    return frozenset(v for v in expanded if isinstance(v, int))
+
+
+def _parse(expr: object) -> _Parsed:
+    """Validate a cron expression and return its parsed form (see the module docstring)."""
+    if not isinstance(expr, str):
+        raise InvalidScheduleError(
+            f"cron expression must be a str (got {expr!r} that is a {_type_name(expr)})"
+        )
+    stripped = expr.strip()
+    if stripped.startswith("@"):
+        alias = stripped.lower()
+        if alias == "@reboot":
+            raise InvalidScheduleError(
+                "cron alias '@reboot' is not supported: a scheduler has no boot; run the "
+                "function once at start-up with schedule(fn, delay=0) instead"
+            )
+        if alias.startswith("@every"):
+            raise InvalidScheduleError(
+                f"cron alias {stripped!r} is not supported: use an interval, "
+                "e.g. schedule(fn, every=timedelta(minutes=5))"
+            )
+        if alias not in _ALIASES:
+            raise InvalidScheduleError(
+                f"unknown cron alias {stripped!r}: use one of {', '.join(_ALIASES)}"
+            )
+        stripped = _ALIASES[alias]
+    texts = stripped.split()
+    if len(texts) not in (5, 6):
+        raise InvalidScheduleError(
+            f"invalid cron expression {expr!r}: expected 5 fields ({_LAYOUT_5}) or 6 fields "
+            f"({_LAYOUT_6}, seconds last), got {len(texts)}"
+        )
+    fields = _parse_fields(expr, texts)
+    if len(texts) == 6 and texts[5] == "*" and not texts[0].startswith("*"):
+        rotated = " ".join([*texts[1:], texts[0]])
+        raise InvalidScheduleError(
+            f"ambiguous cron expression {expr!r}: timewheel puts seconds last, so this fires "
+            f"every second of each matching minute; if you meant seconds first (Quartz "
+            f"style), write {rotated!r}; if you do want every second, write '0-59' in the "
+            "second field"
+        )
+    canonical = " ".join(f.text for f in fields)
+    try:
+        expanded, _nth = croniter.expand(canonical)
+    except CroniterError as exc:
+        raise InvalidScheduleError(f"invalid cron expression {expr!r}: {exc}") from None
+    spec = _FIELDS_6 if len(fields) == 6 else _FIELDS_5
+    for field, parsed, exp in zip(spec, fields, expanded, strict=False):
+        if parsed.special:
+            continue
+        theirs = _croniter_values(field, exp)
+        if theirs != parsed.values:
+            raise InvalidScheduleError(
+                f"ambiguous cron expression {expr!r}: {field.name} field {parsed.text!r} is "
+                f"{sorted(theirs)} for croniter 7 but {sorted(parsed.values)} in classic cron; "
+                "write the values explicitly (e.g. as a list)"
+            )
+    fixed = not texts[0].startswith("*") and not texts[1].startswith("*")
+    result = _Parsed(expr, canonical, fields, tuple(texts), fixed)
+    _check_can_fire(result)
+    return result
+
+
+def _check_can_fire(parsed: _Parsed) -> None:
+    """Refuse expressions that can never fire (``0 0 30 2 *``)."""
+    dom, month = parsed.fields[2], parsed.fields[3]
+    day_and = parsed.raw[2].startswith("*") or parsed.raw[4].startswith("*")
+    if (day_and or parsed.raw[4] == "*") and not dom.special and dom.values:
+        longest = max(calendar.monthrange(2000, m)[1] for m in month.values)
+        if min(dom.values) > longest:
+            months = ", ".join(calendar.month_abbr[m] for m in sorted(month.values))
+            raise InvalidScheduleError(
+                f"cron expression {parsed.source!r} can never fire: day-of-month "
+                f"{parsed.raw[2]!r} never occurs in month(s) {months}"
+            )
+    # Anything else (e.g. '0 0 * 2 1#5'): ask croniter, which gives up after 50 years.
+    probe = croniter(parsed.canonical, 946684800.0, implement_cron_bug=True)
+    try:
+        probe.get_next()
+    except CroniterBadDateError:
+        raise InvalidScheduleError(
+            f"cron expression {parsed.source!r} can never fire: no matching time within 50 years"
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# CronRule
+# --------------------------------------------------------------------------------------------
+
+
+def _offset(zone: ZoneInfo, t: float) -> float:
+    """UTC offset of ``zone`` at instant ``t``, in seconds.
+
+    Zone transitions fall on whole seconds, so the offset at ``t`` is the one at ``floor(t)``;
+    flooring also keeps ``fromtimestamp``'s rounding to microseconds from carrying an instant a
+    hair before a transition across it.
+    """
+    off = datetime.fromtimestamp(math.floor(t), zone).utcoffset()
+    assert off is not None  # a ZoneInfo always knows its offset
+    return off.total_seconds()
+
+
+def _transition(zone: ZoneInfo, before: float, after: float, new_offset: float) -> float:
+    """First whole-second instant in ``(before, after]`` whose offset is ``new_offset``."""
+    lo, hi = math.floor(before), math.ceil(after)  # offset(lo) is the old one, hi the new one
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _offset(zone, mid) == new_offset:
+            hi = mid
+        else:
+            lo = mid
+    return float(hi)
+
+
+class CronRule:
+    """A cron expression evaluated on the wall clock of a zone (see the module docstring).
+
+    ``CronRule(expr, tz=None, *, jitter=0, start=None, end=None)``: ``tz`` is an IANA zone name or
+    a :class:`~zoneinfo.ZoneInfo` (None means UTC). ``start``/``end`` (UTC epoch seconds or aware
+    datetimes) bound the fire times: ``start <= fire < end``. ``jitter`` seconds are added to the
+    run time by :meth:`jittered`, never to the slot.
+
+    The rule keeps one croniter iterator, so asking for the next fire after the value it last
+    returned costs one croniter step (about 40-70 us); any other ``t`` re-seeks (about 2-3x).
+    Thread-safe (one lock per rule).
+    """
+
+    __slots__ = (
+        "_end",
+        "_gen",
+        "_jitter",
+        "_last",
+        "_lock",
+        "_parsed",
+        "_start",
+        "_utc",
+        "_zone",
+    )
+
+    # fast-path: at most this many stream values are skipped before re-seeking
+    _MAX_SKIP = 32
+
+    def __init__(
+        self,
+        expr: str,
+        tz: str | ZoneInfo | None = None,
+        *,
+        jitter: float = 0.0,
+        start: float | datetime | None = None,
+        end: float | datetime | None = None,
+    ) -> None:
+        self._zone = resolve_zone(tz)
+        self._parsed = _parse(expr)
+        self._utc = self._zone.key in _UTC_KEYS
+        self._jitter = _jitter(jitter)
+        self._start = _optional_instant("start", start)
+        self._end = _optional_instant("end", end)
+        _check_window(self._start, self._end)
+        self._lock = threading.Lock()
+        self._gen: Iterator[float] | None = None
+        self._last: float | None = None
+
+    # -- public -----------------------------------------------------------------------------
+
+    @property
+    def expr(self) -> str:
+        """The expression as written."""
+        return self._parsed.source
+
+    @property
+    def zone(self) -> ZoneInfo:
+        """The evaluation zone."""
+        return self._zone
+
+    @property
+    def jitter(self) -> float:
+        """Maximum jitter in seconds added by :meth:`jittered`."""
+        return self._jitter
+
+    @property
+    def fixed_time(self) -> bool:
+        """True for a Vixie fixed-time job (neither minute nor hour field starts with ``*``)."""
+        return self._parsed.fixed
+
+    def next_after(self, t: float) -> float | None:
+        """Return the first fire instant strictly after ``t`` (UTC epoch seconds).
+
+        Returns None once ``end`` is reached (or, for pathological expressions, when croniter
+        finds no match within 50 years).
+        """
+        t = _finite("t", t)
+        if self._start is not None and t < self._start:
+            t = math.nextafter(self._start, -math.inf)
+        with self._lock:
+            result = self._next_locked(t)
+        if result is not None and self._end is not None and result >= self._end:
+            return None
+        return result
+
+    def jittered(self, slot: float, rng: random.Random) -> float:
+        """Return ``slot + rng.uniform(0, jitter)`` (``slot`` itself when jitter is 0)."""
+        if self._jitter == 0:
+            return slot
+        return slot + rng.uniform(0.0, self._jitter)
+
+    def describe(self) -> str:
+        """E.g. ``cron '30 2 * * *' in America/New_York (fixed-time)``."""
+        kind = "fixed-time" if self._parsed.fixed else "wildcard"
+        text = f"cron {self._parsed.source!r} in {self._zone.key} ({kind})"
+        if self._jitter:
+            text += f", jitter {self._jitter:g}s"
+        if self._start is not None:
+            text += f", from {_utc_text(self._start)}"
+        if self._end is not None:
+            text += f", until {_utc_text(self._end)}"
+        return text
+
+    def to_spec(self) -> dict[str, object]:
+        """``{"kind": "cron", "expr": ..., "tz": ..., "jitter": ..., "start": ..., "end": ...}``."""
+        return {
+            "kind": "cron",
+            "expr": self._parsed.source,
+            "tz": self._zone.key,
+            "jitter": self._jitter,
+            "start": self._start,
+            "end": self._end,
+        }
+
+    def __repr__(self) -> str:
+        return f"CronRule({self._parsed.source!r}, tz={self._zone.key!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CronRule):
+            return NotImplemented
+        return self.to_spec() == other.to_spec()
+
+    def __hash__(self) -> int:
+        return hash((self._parsed.source, self._zone.key, self._jitter, self._start, self._end))
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _next_locked(self, t: float) -> float | None:
+        gen, last = self._gen, self._last
+        if gen is not None and last is not None and t >= last:
+            for _ in range(self._MAX_SKIP):
+                value = next(gen, None)
+                self._last = value
+                if value is None:
+                    self._gen = None
+                    return None
+                if value > t:
+                    return value
+        self._gen = gen = self._stream(t)
+        value = next(gen, None)
+        self._last = value
+        if value is None:
+            self._gen = None
+        return value
+
+    def _local_walls(self, wall_from: float) -> Iterator[float]:
+        """Naive local wall-clock times (as epoch-like seconds) matching, from ``wall_from`` on."""
+        step = 1.0 if self._parsed.has_seconds else 60.0
+        first = math.floor(wall_from / step) * step - step
+        it = croniter(self._parsed.canonical, first, implement_cron_bug=True)
+        try:
+            while True:
+                yield it.get_next()
+        except (CroniterBadDateError, OverflowError, ValueError):
+            return
+
+    def _stream(self, t: float) -> Iterator[float]:
+        """Yield the fire instants strictly after ``t``, strictly increasing."""
+        if self._utc:
+            for wall in self._local_walls(t):
+                if wall > t:
+                    yield wall
+            return
+        zone = self._zone
+        off_t = _offset(zone, t)
+        # A later instant can have an earlier wall time only across a fall-back: start the
+        # local enumeration early enough to see the second pass of a repeated interval.
+        drop = max(0.0, off_t - min(_offset(zone, t + k * 1800.0) for k in range(1, 13)))
+        walls = self._local_walls(t + off_t - drop)
+        prev = t
+        fixed = self._parsed.fixed
+        lookahead: float | None = None
+        while True:
+            if lookahead is not None:
+                wall, lookahead = lookahead, None
+            else:
+                wall_next = next(walls, None)
+                if wall_next is None:
+                    return
+                wall = wall_next
+            off0, off1 = self._wall_offsets(wall)
+            if off0 == off1:
+                candidates: list[float] = [wall - off0]
+            elif off0 < off1:  # in a gap (spring forward)
+                if not fixed:
+                    continue  # the local time does not exist: a wildcard job skips it
+                candidates = [_transition(zone, wall - off1, wall - off0, off1)]
+            elif fixed:  # repeated interval, fixed-time job: first pass only
+                candidates = [wall - off0]
+            else:  # repeated interval, wildcard job: every match of the first pass, then the second
+                region = [wall]
+                span = off0 - off1
+                while True:
+                    more = next(walls, None)
+                    if more is None:
+                        break
+                    if more - wall < span and self._wall_offsets(more) == (off0, off1):
+                        region.append(more)
+                    else:
+                        lookahead = more
+                        break
+                candidates = [w - off0 for w in region] + [w - off1 for w in region]
+            for instant in candidates:
+                if instant > prev:
+                    prev = instant
+                    yield instant
+
+    def _wall_offsets(self, wall: float) -> tuple[float, float]:
+        naive = _NAIVE_EPOCH + timedelta(seconds=wall)
+        a = naive.replace(tzinfo=self._zone).utcoffset()
+        b = naive.replace(tzinfo=self._zone, fold=1).utcoffset()
+        assert a is not None
+        assert b is not None
+        return a.total_seconds(), b.total_seconds()
+
+
+# --------------------------------------------------------------------------------------------
+# IntervalRule
+# --------------------------------------------------------------------------------------------
+
+
+class IntervalRule:
+    """Slots at ``start + k * every`` (k = 0, 1, 2, ...), in elapsed UTC seconds.
+
+    ``IntervalRule(every, *, start=None, end=None, jitter=0)``:
+
+    * ``every``: seconds (> 0, finite) or a ``timedelta``.
+    * ``start``: the anchor, slot 0 (UTC epoch seconds or an aware datetime). When None, the rule
+      anchors itself on the ``t`` of its first :meth:`next_after` call (so the first slot is
+      ``t + every``) and :meth:`to_spec` records that anchor from then on; the scheduler passes
+      the schedule's creation time as ``start`` through :func:`make_rule`.
+    * ``end``: exclusive bound: slots satisfy ``slot < end``; ``start=s, end=s + n*every`` gives
+      exactly n slots.
+    * ``jitter``: seconds added by :meth:`jittered` to the run time, never to the slot. A jitter
+      of ``every`` or more lets consecutive runs swap order; the overlap policy then applies.
+
+    Slots are computed by multiplication from the anchor, never by accumulating, so a thousand
+    slots later the rule has not drifted, whenever the runs actually started or finished.
+    """
+
+    __slots__ = ("_end", "_every", "_jitter", "_lock", "_start")
+
+    def __init__(
+        self,
+        every: float | timedelta,
+        *,
+        start: float | datetime | None = None,
+        end: float | datetime | None = None,
+        jitter: float = 0.0,
+    ) -> None:
+        self._every = parse_every(every)
+        self._start = _optional_instant("start", start)
+        self._end = _optional_instant("end", end)
+        self._jitter = _jitter(jitter)
+        _check_window(self._start, self._end)
+        self._lock = threading.Lock()
+
+    @property
+    def every(self) -> float:
+        """The period in seconds."""
+        return self._every
+
+    @property
+    def start(self) -> float | None:
+        """The anchor (slot 0), or None while the rule is not yet anchored."""
+        return self._start
+
+    @property
+    def end(self) -> float | None:
+        """The exclusive end, or None."""
+        return self._end
+
+    @property
+    def jitter(self) -> float:
+        """Maximum jitter in seconds added by :meth:`jittered`."""
+        return self._jitter
+
+    def anchored(self, start: float) -> IntervalRule:
+        """Return a copy anchored at ``start`` (this rule's own anchor wins if it has one)."""
+        anchor = self._start if self._start is not None else _finite("start", start)
+        return IntervalRule(self._every, start=anchor, end=self._end, jitter=self._jitter)
+
+    def slot(self, k: int) -> float:
+        """Return slot ``k`` (``start + k * every``); the rule must be anchored."""
+        if self._start is None:
+            raise InvalidScheduleError("the interval rule has no start yet; call anchored()")
+        return self._start + k * self._every
+
+    def index_after(self, t: float) -> int:
+        """Return the smallest k with ``slot(k) > t`` (k >= 0); the rule must be anchored."""
+        start = self.slot(0)
+        every = self._every
+        k = max(0, math.floor((t - start) / every) + 1)
+        while start + k * every <= t:  # guard against rounding in the division
+            k += 1
+        while k > 0 and start + (k - 1) * every > t:
+            k -= 1
+        return k
+
+    def next_after(self, t: float) -> float | None:
+        """Return the first slot strictly after ``t``, or None at/after ``end``."""
+        t = _finite("t", t)
+        if self._start is None:
+            with self._lock:
+                if self._start is None:
+                    self._start = t
+        slot = self.slot(self.index_after(t))
+        if self._end is not None and slot >= self._end:
+            return None
+        return slot
+
+    def count_between(self, after: float, upto: float) -> int:
+        """Number of slots ``s`` with ``after < s <= upto`` (and ``s < end``), in O(1)."""
+        if upto <= after:
+            return 0
+        first = self.index_after(after)
+        last = self.index_after(upto)  # first index beyond upto
+        if self._end is not None:
+            last = min(last, self.index_after(math.nextafter(self._end, -math.inf)))
+        return max(0, last - first)
+
+    def jittered(self, slot: float, rng: random.Random) -> float:
+        """Return ``slot + rng.uniform(0, jitter)`` (``slot`` itself when jitter is 0)."""
+        if self._jitter == 0:
+            return slot
+        return slot + rng.uniform(0.0, self._jitter)
+
+    def describe(self) -> str:
+        """E.g. ``every 300s from 2026-01-01T00:00:00Z``."""
+        text = f"every {self._every:g}s"
+        text += f" from {_utc_text(self._start)}" if self._start is not None else " (unanchored)"
+        if self._end is not None:
+            text += f" until {_utc_text(self._end)} (exclusive)"
+        if self._jitter:
+            text += f", jitter {self._jitter:g}s"
+        return text
+
+    def to_spec(self) -> dict[str, object]:
+        """``{"kind": "interval", "every": ..., "start": ..., "end": ..., "jitter": ...}``."""
+        return {
+            "kind": "interval",
+            "every": self._every,
+            "start": self._start,
+            "end": self._end,
+            "jitter": self._jitter,
+        }
+
+    def __repr__(self) -> str:
+        return f"IntervalRule({self._every!r}, start={self._start!r}, end={self._end!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, IntervalRule):
+            return NotImplemented
+        return self.to_spec() == other.to_spec()
+
+    def __hash__(self) -> int:
+        return hash((self._every, self._start, self._end, self._jitter))
+
+
+# --------------------------------------------------------------------------------------------
+# Construction helpers
+# --------------------------------------------------------------------------------------------
+
+
+def make_rule(
+    *,
+    cron: str | None = None,
+    every: float | timedelta | None = None,
+    tz: str | ZoneInfo | None = None,
+    start: float | datetime | None = None,
+    end: float | datetime | None = None,
+    jitter: float = 0.0,
+) -> CronRule | IntervalRule:
+    """Build a rule from scheduler arguments: exactly one of ``cron`` and ``every``.
+
+    ``tz`` applies to cron only (an interval is elapsed UTC time; passing ``tz`` with ``every``
+    is refused so nobody believes it matters). ``start``/``end`` bound either kind; for an
+    interval ``start`` is the anchor (the scheduler passes the creation time).
+    """
+    if (cron is None) == (every is None):
+        raise InvalidScheduleError(
+            f"pass exactly one of cron= and every= (got cron={cron!r}, every={every!r})"
+        )
+    if cron is not None:
+        return CronRule(cron, tz, jitter=jitter, start=start, end=end)
+    assert every is not None
+    if tz is not None:
+        raise InvalidScheduleError(
+            f"tz={tz!r} does not apply to every=: intervals are elapsed UTC time; "
+            "use cron= for wall-clock schedules"
+        )
+    return IntervalRule(every, start=start, end=end, jitter=jitter)
+
+
+def _spec_number(spec: Mapping[str, object], name: str) -> float | None:
+    value = spec.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidScheduleError(f"rule spec {name} must be a number or null (got {value!r})")
+    return float(value)
+
+
+def rule_from_spec(spec: Mapping[str, object]) -> CronRule | IntervalRule:
+    """Rebuild a rule from :meth:`Rule.to_spec` output (e.g. read back from JSON)."""
+    if not isinstance(spec, Mapping):
+        raise InvalidScheduleError(f"rule spec must be a mapping (got {_type_name(spec)})")
+    kind = spec.get("kind")
+    start_f, end_f = _spec_number(spec, "start"), _spec_number(spec, "end")
+    jitter_f = _spec_number(spec, "jitter") or 0.0
+    if kind == "cron":
+        expr, tz = spec.get("expr"), spec.get("tz")
+        if not isinstance(expr, str) or not isinstance(tz, (str, type(None))):
+            raise InvalidScheduleError(f"malformed cron rule spec {dict(spec)!r}")
+        return CronRule(expr, tz, jitter=jitter_f, start=start_f, end=end_f)
+    if kind == "interval":
+        every = spec.get("every")
+        if isinstance(every, bool) or not isinstance(every, (int, float)):
+            raise InvalidScheduleError(f"malformed interval rule spec {dict(spec)!r}")
+        return IntervalRule(every, start=start_f, end=end_f, jitter=jitter_f)
+    raise InvalidScheduleError(
+        f"unknown rule kind {kind!r} in spec {dict(spec)!r}: expected 'cron' or 'interval'"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Policies
+# --------------------------------------------------------------------------------------------
+
+
+class Misfire(enum.Enum):
+    """What to do with slots that came due while the scheduler was down or stalled.
+
+    * ``RUN_ONCE`` (default): all due slots coalesce into one run, for the most recent one.
+      Grace does not apply: a catch-up run always happens.
+    * ``RUN_ALL``: each due slot not older than the grace runs, oldest first, at most
+      ``max_runs`` of them (the most recent are kept).
+    * ``SKIP``: the most recent due slot runs only if it is late by at most the grace
+      (default :data:`DEFAULT_SKIP_GRACE`); otherwise nothing runs until the next slot.
+    """
+
+    RUN_ONCE = "run_once"
+    RUN_ALL = "run_all"
+    SKIP = "skip"
+
+    @property
+    def default_grace(self) -> float | None:
+        """The grace used when the schedule gives none: 60 s for SKIP, unlimited otherwise."""
+        return DEFAULT_SKIP_GRACE if self is Misfire.SKIP else None
+
+
+DEFAULT_SKIP_GRACE = 60.0
+"""Default grace for :attr:`Misfire.SKIP`, seconds (Quartz's misfire threshold).
+
+Long enough that a GC pause, GIL contention or a busy worker pool never turns a run into a
+skip (APScheduler's 1 s default does, and users hate it); short enough that after a real
+outage a SKIP schedule does skip.
+"""
+
+
+class Overlap(enum.Enum):
+    """What to do when a slot comes due while the previous run of the same schedule still runs.
+
+    * ``SKIP`` (default): do not start a new instance; count the slot as skipped.
+    * ``QUEUE``: start the new instance when the previous one finishes (one waiting at most).
+    * ``ALLOW``: run concurrently, up to the schedule's ``max_instances``.
+    """
+
+    SKIP = "skip"
+    QUEUE = "queue"
+    ALLOW = "allow"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MisfirePlan:
+    """The decision of :func:`plan_misfires` for one schedule at one instant.
+
+    ``run``: the slots to run now, increasing. ``due``: how many slots fell in
+    ``(last_slot, now]`` (a lower bound when ``due_exact`` is False: counting a huge outage of
+    a dense cron rule is capped). ``next_slot``: the first slot after ``now`` (None when the
+    rule is exhausted). ``iterations``: how many rule evaluations the plan cost.
+    """
+
+    run: tuple[float, ...]
+    due: int
+    due_exact: bool
+    next_slot: float | None
+    iterations: int = 0
+
+    @property
+    def skipped(self) -> int:
+        """Due slots that do not run (coalesced, expired or over the cap); see ``due_exact``."""
+        return self.due - len(self.run)
+
+
+_COUNT_LIMIT = 256  # cron slots counted one by one before the count becomes a lower bound
+
+
+class _Counter:
+    """Wraps ``rule.next_after`` to count evaluations."""
+
+    __slots__ = ("calls", "rule")
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.calls = 0
+
+    def __call__(self, t: float) -> float | None:
+        self.calls += 1
+        return self.rule.next_after(t)
+
+
+def _latest_due(next_after: _Counter, last_slot: float, now: float) -> float | None:
+    """The latest slot in ``(last_slot, now]``: gallop back from ``now``, then bisect."""
+    s = next_after(last_slot)
+    if s is None or s > now:
+        return None
+    width = 1.0
+    while True:  # find a due slot as close to now as the gallop allows
+        low = max(last_slot, now - width)
+        found = next_after(low)
+        if found is not None and found <= now:
+            s = found
+            break
+        width *= 4
+    high = now  # invariant: no due slot in (high, now], s is a due slot <= high
+    while True:
+        after = next_after(s)
+        if after is None or after > now:
+            return s
+        mid = (s + high) / 2
+        probe = next_after(mid)
+        if probe is not None and probe <= now:
+            s = probe  # a due slot beyond mid
+        else:
+            high, s = mid, after  # none in (mid, now]: the latest lies in (s, mid]
+
+
+def plan_misfires(
+    rule: Rule,
+    last_slot: float,
+    now: float,
+    *,
+    policy: Misfire,
+    grace: float | None,
+    max_runs: int = 100,
+) -> MisfirePlan:
+    """Decide which of the slots in ``(last_slot, now]`` run now (pure; reads no clock).
+
+    ``last_slot`` is the most recent slot already handled (run or decided). ``grace`` is how late
+    (``now - slot``) a slot may still start, None for unlimited; pass ``policy.default_grace``
+    when the schedule gives none. See :class:`Misfire` for the policies. ``max_runs`` caps
+    ``RUN_ALL``.
+
+    Cost: O(1) for an :class:`IntervalRule`; for other rules O(log(now - last_slot)) rule
+    evaluations to find the latest due slot, plus at most 256 to count the due slots (beyond
+    that ``due`` is a lower bound) and, for ``RUN_ALL``, a few times ``max_runs``.
+    """
+    last_slot, now = _finite("last_slot", last_slot), _finite("now", now)
+    if grace is not None:
+        grace = _finite("grace", grace)
+        if grace < 0:
+            raise InvalidScheduleError(f"misfire grace must be >= 0 seconds (got {grace!r})")
+    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
+        raise InvalidScheduleError(f"max_runs must be an int >= 1 (got {max_runs!r})")
+    if not isinstance(policy, Misfire):
+        raise InvalidScheduleError(f"policy must be a Misfire (got {policy!r})")
+    if isinstance(rule, IntervalRule):
+        return _plan_interval(rule, last_slot, now, policy=policy, grace=grace, max_runs=max_runs)
+
+    counter = _Counter(rule)
+    next_slot = counter(now) if now >= last_slot else counter(last_slot)
+    if now <= last_slot:
+        return MisfirePlan(
+            run=(), due=0, due_exact=True, next_slot=next_slot, iterations=counter.calls
+        )
+    latest = _latest_due(counter, last_slot, now)
+    if latest is None:
+        return MisfirePlan(
+            run=(), due=0, due_exact=True, next_slot=next_slot, iterations=counter.calls
+        )
+    # count the due slots, one by one, up to a limit
+    due, exact, s = 0, False, last_slot
+    for _ in range(_COUNT_LIMIT):
+        nxt = counter(s)
+        if nxt is None or nxt > now:
+            exact = True
+            break
+        due, s = due + 1, nxt
+    if policy is Misfire.RUN_ONCE:
+        run: tuple[float, ...] = (latest,)
+    elif policy is Misfire.SKIP:
+        run = (latest,) if grace is None or now - latest <= grace else ()
+    else:
+        run = _recent_slots(counter, last_slot, now, grace, max_runs)
+    return MisfirePlan(
+        run=run,
+        due=max(due, len(run)),
+        due_exact=exact,
+        next_slot=next_slot,
+        iterations=counter.calls,
+    )
+
+
+def _recent_slots(
+    next_after: _Counter, last_slot: float, now: float, grace: float | None, max_runs: int
+) -> tuple[float, ...]:
+    """The most recent ``max_runs`` slots in ``(lower, now]``, lower = max(last_slot, now-grace)."""
+    lower = last_slot
+    if grace is not None:
+        lower = max(lower, math.nextafter(now - grace, -math.inf))
+    width = 60.0
+    while True:
+        begin = max(lower, now - width)
+        window: deque[float] = deque(maxlen=max_runs)
+        count, s = 0, begin
+        while True:
+            nxt = next_after(s)
+            if nxt is None or nxt > now:
+                break
+            window.append(nxt)
+            count, s = count + 1, nxt
+        if count >= max_runs or begin <= lower:
+            return tuple(window)
+        width *= 8
+
+
+def _plan_interval(
+    rule: IntervalRule,
+    last_slot: float,
+    now: float,
+    *,
+    policy: Misfire,
+    grace: float | None,
+    max_runs: int,
+) -> MisfirePlan:
+    if rule.start is None:
+        rule = rule.anchored(last_slot)
+    next_slot = rule.next_after(max(now, last_slot))
+    due = rule.count_between(last_slot, now)
+    if due == 0:
+        return MisfirePlan(run=(), due=0, due_exact=True, next_slot=next_slot, iterations=1)
+    last_k = rule.index_after(now) - 1
+    latest = rule.slot(last_k)
+    if policy is Misfire.RUN_ONCE:
+        run: tuple[float, ...] = (latest,)
+    elif policy is Misfire.SKIP:
+        run = (latest,) if grace is None or now - latest <= grace else ()
+    else:
+        first_k = rule.index_after(last_slot)
+        if grace is not None:
+            first_k = max(first_k, rule.index_after(math.nextafter(now - grace, -math.inf)))
+        first_k = max(first_k, last_k - max_runs + 1)
+        run = tuple(rule.slot(k) for k in range(first_k, last_k + 1))
+    return MisfirePlan(run=run, due=due, due_exact=True, next_slot=next_slot, iterations=1)

@@ -1,0 +1,29 @@
+"""Interchangeable task stores.
+
+* :class:`MemoryStore` (default): in-process, any callable and arguments, gone with the process.
+* :class:`SQLiteStore`: durable, multi-process on one host, standard library only.
+
+``open_store(url)`` builds one from ``memory://`` or ``sqlite:///path/to/file.db?durability=fast``.
+``SQLiteStore`` is imported lazily, so memory-only users never load ``sqlite3``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from timewheel.stores._url import open_store
+from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.stores.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from timewheel.stores.sqlite import SQLiteStore
+
+__all__ = ["Changed", "MemoryStore", "OnConflict", "SQLiteStore", "Store", "open_store"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SQLiteStore":
+        from timewheel.stores.sqlite import SQLiteStore
+
+        return SQLiteStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,191 @@
+"""The ``Store`` protocol: where tasks live, and the only place their state changes.
+
+Every state change is a compare-and-swap on ``version`` (``UPDATE ... SET state=?,
+version=version+1 WHERE id=? AND version=?`` or its in-memory twin): a lost swap means another actor
+won, and the loser backs off. Stores never decide policy (retries, misfires): the scheduler does,
+and tells the store the result. Time is passed in (``now``); stores do not read a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+
+from timewheel.task import ScheduleRecord, Task, TaskState
+
+__all__ = ["Changed", "OnConflict", "Store"]
+
+OnConflict = Literal["error", "keep", "replace"]
+
+
+class Changed(NamedTuple):
+    """The result of a change that can settle dependents.
+
+    ``task`` is the task after the change; ``dependents`` are the tasks whose dependency count or
+    state changed as a consequence, transitively (those with ``unmet == 0`` and state PENDING may
+    now run; others moved to a terminal state).
+    """
+
+    task: Task
+    dependents: tuple[Task, ...] = ()
+
+
+@runtime_checkable
+class Store(Protocol):
+    """**Protocol:** durable or in-memory storage of tasks and recurring schedules.
+
+    Implementations must be safe to call from several threads. ``durable`` stores keep only
+    importable function references and JSON-serializable arguments (see ``timewheel.refs``).
+    ``timewheel.testing.check_store(make_store)`` runs the contract suite against any store.
+    """
+
+    durable: bool
+
+    # -- tasks -------------------------------------------------------------------------------
+    def insert(self, task: Task, *, on_conflict: OnConflict = "error") -> Changed:
+        """Insert *task* (state PENDING, version 0).
+
+        Computes ``unmet`` from the current states of ``task.after`` atomically: upstream tasks
+        already finished count at once, and a task whose condition can no longer hold is inserted
+        in its terminal state. ``on_conflict`` decides what an existing id does: ``"error"`` raises
+        ``DuplicateKeyError``, ``"keep"`` returns the existing task unchanged, ``"replace"``
+        overwrites a task that is not RUNNING (a running one raises ``VersionConflictError``).
+
+        Raises:
+            TaskNotFoundError: an id in ``task.after`` does not exist.
+        """
+        ...
+
+    def insert_many(self, tasks: Sequence[Task]) -> None:
+        """Insert many tasks without dependencies atomically; any existing id raises and inserts none."""
+        ...
+
+    def get(self, task_id: str) -> Task:
+        """Return the task. Raises ``TaskNotFoundError``."""
+        ...
+
+    def find(self, task_id: str) -> Task | None:
+        """Return the task, or ``None``."""
+        ...
+
+    def transition(
+        self, task_id: str, *, expected_version: int, state: TaskState, now: float, **changes: Any
+    ) -> Changed:
+        """Compare-and-swap: move the task to *state* if its version is *expected_version*.
+
+        Other fields in *changes* (``due``, ``error``, ``result``, ``lease_owner`` ...) are set in
+        the same swap. A terminal *state* settles dependents.
+
+        Raises:
+            TaskNotFoundError, VersionConflictError (someone else changed it first),
+            InvalidTransitionError (the table forbids it).
+        """
+        ...
+
+    def promote(
+        self, task_ids: Sequence[str], now: float, *, successors: Sequence[Task] = ()
+    ) -> list[Task]:
+        """Move the given tasks PENDING -> READY where still PENDING, due by *now* and ``unmet == 0``.
+
+        One atomic step per call: *successors* (the next instances of recurring schedules) are
+        inserted in the same step, ignoring ids that already exist. Returns the tasks moved.
+        """
+        ...
+
+    def claim(
+        self, task_id: str, *, expected_version: int, owner: str, lease_expires: float, now: float
+    ) -> Task | None:
+        """READY -> RUNNING with a lease for *owner*, ``attempts + 1``; ``None`` if the swap lost."""
+        ...
+
+    def claim_next(
+        self,
+        *,
+        owner: str,
+        lease_expires: float,
+        now: float,
+        limit: int,
+        queues: Sequence[str] | None = None,
+    ) -> list[Task]:
+        """Claim up to *limit* READY tasks (highest priority, then earliest due) in *queues*."""
+        ...
+
+    def heartbeat(self, task_id: str, *, owner: str, lease_expires: float, now: float) -> bool:
+        """Extend the lease if *owner* still holds it on a RUNNING task; False otherwise."""
+        ...
+
+    def finish(
+        self, task_id: str, *, owner: str, state: TaskState, now: float, **changes: Any
+    ) -> Changed | None:
+        """End *owner*'s run: RUNNING -> SUCCEEDED | FAILED | TIMED_OUT | PENDING (retry) | READY.
+
+        Clears the lease. ``None`` when *owner* no longer holds the task (its lease expired and
+        someone else took over): the caller's outcome is discarded.
+        """
+        ...
+
+    def due_before(self, until: float, *, limit: int) -> list[tuple[str, float]]:
+        """``(id, due)`` of PENDING tasks with ``unmet == 0`` and ``due < until``, earliest first."""
+        ...
+
+    def ready(self, *, limit: int, queues: Sequence[str] | None = None) -> list[Task]:
+        """READY tasks, highest priority then earliest due first (to refill a ready queue)."""
+        ...
+
+    def expired_leases(self, now: float, *, limit: int) -> list[Task]:
+        """RUNNING tasks whose lease expired before *now*."""
+        ...
+
+    def count_by_state(self) -> dict[TaskState, int]:
+        """How many tasks are in each state (states with none may be missing)."""
+        ...
+
+    def tasks(
+        self,
+        *,
+        state: TaskState | Iterable[TaskState] | None = None,
+        schedule_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Task]:
+        """Tasks filtered by state and/or schedule, earliest due first."""
+        ...
+
+    def delete(self, task_id: str) -> bool:
+        """Remove a task; True if it existed."""
+        ...
+
+    def prune(self, *, before: float, states: Iterable[TaskState] | None = None) -> int:
+        """Delete terminal tasks (or those in *states*) last updated before *before*; the count."""
+        ...
+
+    # -- recurring schedules ------------------------------------------------------------------
+    def put_schedule(
+        self, record: ScheduleRecord, *, first: Task | None, on_conflict: OnConflict = "replace"
+    ) -> ScheduleRecord:
+        """Insert or replace a schedule and, in the same atomic step, its first instance.
+
+        Replacing a schedule cancels its PENDING/READY instances before inserting *first*.
+        """
+        ...
+
+    def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        """Return the schedule, or ``None``."""
+        ...
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        """All schedules."""
+        ...
+
+    def update_schedule(
+        self, schedule_id: str, *, expected_version: int, **changes: Any
+    ) -> ScheduleRecord:
+        """Compare-and-swap on the schedule's version. Raises ``VersionConflictError``."""
+        ...
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        """Delete the schedule and cancel its PENDING/READY instances; True if it existed."""
+        ...
+
+    def close(self) -> None:
+        """Release resources. Idempotent."""
+        ...

@@ -1,0 +1,493 @@
+"""``MemoryStore``: the default, in-process store. Fast, thread-safe, gone when the process ends."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from timewheel.errors import (
+    DuplicateKeyError,
+    InvalidScheduleError,
+    TaskNotFoundError,
+    VersionConflictError,
+)
+from timewheel.stores.base import Changed, OnConflict
+from timewheel.task import (
+    TERMINAL_STATES,
+    ScheduleRecord,
+    Task,
+    TaskState,
+    check_transition,
+    dependency_effect,
+)
+
+__all__ = ["MemoryStore"]
+
+_P = TaskState.PENDING
+_R = TaskState.READY
+_RUN = TaskState.RUNNING
+_CANCELLABLE = (TaskState.PENDING, TaskState.READY)
+
+
+class MemoryStore:
+    """Tasks in a dict behind one lock; every change is a compare-and-swap on ``version``.
+
+    Accepts any callable and any arguments (nothing is serialized). Runtime complexity: insert,
+    get, transition, claim, heartbeat and finish are O(1) (plus the dependents they settle);
+    ``due_before``, ``ready``, ``expired_leases`` and ``list`` scan the matching state's tasks.
+    """
+
+    durable = False
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._tasks: dict[str, Task] = {}
+        self._by_state: dict[TaskState, dict[str, None]] = {s: {} for s in TaskState}
+        self._dependents: dict[str, list[str]] = {}
+        self._schedules: dict[str, ScheduleRecord] = {}
+        # schedule id -> ids of its instances that are not terminal (the busy/head queries)
+        self._active_by_schedule: dict[str, dict[str, None]] = {}
+        self._closed = False
+
+    # -- internals -----------------------------------------------------------------------------
+    def _put(self, old: Task | None, new: Task) -> None:
+        if old is not None and old.state is not new.state:
+            del self._by_state[old.state][old.id]
+        self._by_state[new.state][new.id] = None
+        self._tasks[new.id] = new
+        sid = new.schedule_id
+        if sid is not None:
+            if new.state in TERMINAL_STATES:
+                active = self._active_by_schedule.get(sid)
+                if active is not None:
+                    active.pop(new.id, None)
+                    if not active:
+                        del self._active_by_schedule[sid]
+            else:
+                self._active_by_schedule.setdefault(sid, {})[new.id] = None
+
+    def _require(self, task_id: str) -> Task:
+        t = self._tasks.get(task_id)
+        if t is None:
+            raise TaskNotFoundError(f"no task with id {task_id!r}")
+        return t
+
+    def _settle(self, upstream: Task, now: float) -> tuple[Task, ...]:
+        """Apply a terminal upstream's effect to its dependents, transitively."""
+        out: list[Task] = []
+        stack = [upstream]
+        while stack:
+            up = stack.pop()
+            for dep_id in self._dependents.pop(up.id, ()):
+                dep = self._tasks.get(dep_id)
+                if dep is None or dep.state is not _P or dep.unmet <= 0:
+                    continue
+                unmet, terminal, error = dependency_effect(dep.when, up.state, dep.unmet)
+                if terminal is not None:
+                    new = dep.evolve(
+                        state=terminal,
+                        version=dep.version + 1,
+                        unmet=unmet,
+                        error=error,
+                        updated=now,
+                    )
+                    stack.append(new)
+                else:
+                    new = dep.evolve(unmet=unmet, version=dep.version + 1, updated=now)
+                self._put(dep, new)
+                out.append(new)
+        return tuple(out)
+
+    # -- tasks ------------------------------------------------------------------------------------
+    def insert(self, task: Task, *, on_conflict: OnConflict = "error") -> Changed:
+        if on_conflict not in ("error", "keep", "replace"):
+            raise InvalidScheduleError(
+                f"on_conflict must be 'error', 'keep' or 'replace' (got {on_conflict!r})"
+            )
+        with self._lock:
+            old = self._tasks.get(task.id)
+            if old is not None:
+                if on_conflict == "keep":
+                    return Changed(old)
+                if on_conflict == "error":
+                    raise DuplicateKeyError(
+                        f"a task with id {task.id!r} already exists (state {old.state.value}); "
+                        "pass on_conflict='keep' or 'replace', or choose another id"
+                    )
+                if old.state is _RUN:
+                    raise VersionConflictError(
+                        f"task {task.id!r} is running and cannot be replaced; wait for it or "
+                        "schedule under another id"
+                    )
+            unmet = 0
+            terminal: TaskState | None = None
+            error: str | None = None
+            ups: list[Task] = []
+            for up_id in dict.fromkeys(task.after):
+                up = self._tasks.get(up_id)
+                if up is None:
+                    raise TaskNotFoundError(
+                        f"task {task.id!r} depends on {up_id!r}, which does not exist; schedule "
+                        "the upstream task first"
+                    )
+                ups.append(up)
+            unmet = len(ups)
+            for up in ups:
+                # unmet == 0 with no terminal state: already released (any_failed), stop counting
+                if up.state in TERMINAL_STATES and terminal is None and unmet > 0:
+                    unmet, terminal, error = dependency_effect(task.when, up.state, unmet)
+            new = task.evolve(
+                state=terminal or _P,
+                version=(old.version + 1) if old is not None else 0,
+                unmet=max(unmet, 0) if terminal is None else unmet,
+                error=error,
+                created=task.created,
+                updated=task.created,
+            )
+            if old is not None:
+                self._detach_dependent(old)
+            self._put(old, new)
+            if terminal is None and new.unmet > 0:
+                for up in ups:
+                    if up.state not in TERMINAL_STATES:
+                        self._dependents.setdefault(up.id, []).append(new.id)
+            deps = self._settle(new, new.updated) if terminal is not None else ()
+            return Changed(new, deps)
+
+    def _detach_dependent(self, old: Task) -> None:
+        for up_id in old.after:
+            lst = self._dependents.get(up_id)
+            if lst and old.id in lst:
+                lst.remove(old.id)
+
+    def insert_many(self, tasks: Sequence[Task]) -> None:
+        with self._lock:
+            seen: set[str] = set()
+            for t in tasks:
+                if t.id in self._tasks or t.id in seen:
+                    raise DuplicateKeyError(
+                        f"a task with id {t.id!r} already exists; none inserted"
+                    )
+                if t.after:
+                    raise InvalidScheduleError(
+                        f"insert_many does not take dependencies (task {t.id!r}); use insert()"
+                    )
+                seen.add(t.id)
+            for t in tasks:
+                self._put(None, t.evolve(state=_P, version=0, updated=t.created))
+
+    def get(self, task_id: str) -> Task:
+        with self._lock:
+            return self._require(task_id)
+
+    def find(self, task_id: str) -> Task | None:
+        return self._tasks.get(task_id)
+
+    def transition(
+        self, task_id: str, *, expected_version: int, state: TaskState, now: float, **changes: Any
+    ) -> Changed:
+        with self._lock:
+            t = self._require(task_id)
+            if t.version != expected_version:
+                raise VersionConflictError(
+                    f"task {task_id!r} is at version {t.version} ({t.state.value}), not "
+                    f"{expected_version}: another actor changed it first; re-read and decide again"
+                )
+            check_transition(task_id, t.state, state)
+            new = t.evolve(state=state, version=t.version + 1, updated=now, **changes)
+            self._put(t, new)
+            deps = self._settle(new, now) if state in TERMINAL_STATES else ()
+            return Changed(new, deps)
+
+    def promote(
+        self, task_ids: Sequence[str], now: float, *, successors: Sequence[Task] = ()
+    ) -> list[Task]:
+        moved: list[Task] = []
+        with self._lock:
+            tasks = self._tasks
+            for tid in task_ids:
+                t = tasks.get(tid)
+                if t is None or t.state is not _P or t.due > now or t.unmet > 0:
+                    continue
+                new = t.evolve(state=_R, version=t.version + 1, updated=now)
+                self._put(t, new)
+                moved.append(new)
+            for s in successors:
+                if s.id not in tasks:
+                    self._put(None, s.evolve(state=_P, version=0, updated=s.created))
+        return moved
+
+    def claim(
+        self, task_id: str, *, expected_version: int, owner: str, lease_expires: float, now: float
+    ) -> Task | None:
+        with self._lock:
+            t = self._tasks.get(task_id)
+            if t is None or t.version != expected_version or t.state is not _R:
+                return None
+            new = t.evolve(
+                state=_RUN,
+                version=t.version + 1,
+                attempts=t.attempts + 1,
+                lease_owner=owner,
+                lease_expires=lease_expires,
+                updated=now,
+            )
+            self._put(t, new)
+            return new
+
+    def claim_next(
+        self,
+        *,
+        owner: str,
+        lease_expires: float,
+        now: float,
+        limit: int,
+        queues: Sequence[str] | None = None,
+    ) -> list[Task]:
+        with self._lock:
+            out: list[Task] = []
+            for t in self.ready(limit=limit, queues=queues):
+                c = self.claim(
+                    t.id,
+                    expected_version=t.version,
+                    owner=owner,
+                    lease_expires=lease_expires,
+                    now=now,
+                )
+                if c is not None:
+                    out.append(c)
+            return out
+
+    def heartbeat(self, task_id: str, *, owner: str, lease_expires: float, now: float) -> bool:
+        with self._lock:
+            t = self._tasks.get(task_id)
+            if t is None or t.state is not _RUN or t.lease_owner != owner:
+                return False
+            self._tasks[task_id] = t.evolve(
+                version=t.version + 1, lease_expires=lease_expires, updated=now
+            )
+            return True
+
+    def finish(
+        self, task_id: str, *, owner: str, state: TaskState, now: float, **changes: Any
+    ) -> Changed | None:
+        with self._lock:
+            t = self._tasks.get(task_id)
+            if t is None or t.state is not _RUN or t.lease_owner != owner:
+                return None
+            check_transition(task_id, t.state, state)
+            new = t.evolve(
+                state=state,
+                version=t.version + 1,
+                lease_owner=None,
+                lease_expires=None,
+                updated=now,
+                **changes,
+            )
+            self._put(t, new)
+            deps = self._settle(new, now) if state in TERMINAL_STATES else ()
+            return Changed(new, deps)
+
+    def due_before(self, until: float, *, limit: int) -> list[tuple[str, float]]:
+        with self._lock:
+            tasks = self._tasks
+            hits = [
+                (t.due, t.id)
+                for t in (tasks[i] for i in self._by_state[_P])
+                if t.due < until and t.unmet == 0
+            ]
+        hits.sort()
+        return [(i, d) for d, i in hits[:limit]]
+
+    def ready(self, *, limit: int, queues: Sequence[str] | None = None) -> list[Task]:
+        with self._lock:
+            tasks = self._tasks
+            qs = None if queues is None else frozenset(queues)
+            rs = [t for t in (tasks[i] for i in self._by_state[_R]) if qs is None or t.queue in qs]
+        rs.sort(key=lambda t: (-t.priority, t.due))
+        return rs[:limit]
+
+    def expired_leases(self, now: float, *, limit: int) -> list[Task]:
+        with self._lock:
+            tasks = self._tasks
+            out = [
+                t
+                for t in (tasks[i] for i in self._by_state[_RUN])
+                if t.lease_expires is not None and t.lease_expires < now
+            ]
+        out.sort(key=lambda t: t.lease_expires or 0.0)
+        return out[:limit]
+
+    def count_by_state(self) -> dict[TaskState, int]:
+        with self._lock:
+            return {s: len(ids) for s, ids in self._by_state.items() if ids}
+
+    def tasks(
+        self,
+        *,
+        state: TaskState | Iterable[TaskState] | None = None,
+        schedule_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Task]:
+        with self._lock:
+            states = (
+                None
+                if state is None
+                else frozenset((state,) if isinstance(state, TaskState) else state)
+            )
+            pool: Iterable[Task]
+            if schedule_id is not None and states is not None and not states & TERMINAL_STATES:
+                ids = self._active_by_schedule.get(schedule_id, {})
+                pool = [t for t in (self._tasks[i] for i in ids) if t.state in states]
+            elif states is None:
+                pool = list(self._tasks.values())
+            else:
+                pool = [self._tasks[i] for s in states for i in self._by_state[s]]
+        out = [t for t in pool if schedule_id is None or t.schedule_id == schedule_id]
+        out.sort(key=lambda t: (t.due, t.created))
+        return out if limit is None else out[:limit]
+
+    def delete(self, task_id: str) -> bool:
+        with self._lock:
+            t = self._tasks.pop(task_id, None)
+            if t is None:
+                return False
+            del self._by_state[t.state][task_id]
+            if t.schedule_id is not None:
+                active = self._active_by_schedule.get(t.schedule_id)
+                if active is not None:
+                    active.pop(task_id, None)
+            self._detach_dependent(t)
+            self._dependents.pop(task_id, None)
+            return True
+
+    def prune(self, *, before: float, states: Iterable[TaskState] | None = None) -> int:
+        with self._lock:
+            sts = TERMINAL_STATES if states is None else frozenset(states)
+            victims = [i for s in sts for i in self._by_state[s] if self._tasks[i].updated < before]
+            for i in victims:
+                self.delete(i)
+            return len(victims)
+
+    # -- inspection -----------------------------------------------------------------------------
+    def oldest_ready_age(self, now: float) -> float | None:
+        """Seconds since the earliest due time among READY tasks (how far workers lag), or None."""
+        with self._lock:
+            dues = [self._tasks[i].due for i in self._by_state[_R]]
+        return max(0.0, now - min(dues)) if dues else None
+
+    def due_histogram(
+        self, now: float, *, horizon: float = 3600.0, bucket: float = 60.0
+    ) -> list[tuple[float, int]]:
+        """Expected load: ``(bucket_start, n)`` for PENDING tasks due in ``[now, now + horizon)``,
+        buckets *bucket* seconds wide aligned on *now*, empty ones included."""
+        if bucket <= 0 or horizon <= 0:
+            raise InvalidScheduleError(f"bucket and horizon must be > 0 (got {bucket}, {horizon})")
+        n = math.ceil(horizon / bucket)
+        counts = [0] * n
+        with self._lock:
+            for i in self._by_state[_P]:
+                d = self._tasks[i].due
+                if now <= d < now + horizon:
+                    b = int((d - now) // bucket)
+                    if b < n:
+                        counts[b] += 1
+        return [(now + b * bucket, c) for b, c in enumerate(counts)]
+
+    def recent_failures(self, limit: int = 10) -> list[Task]:
+        """The last *limit* tasks that ended FAILED, TIMED_OUT or UPSTREAM_FAILED, newest first."""
+        with self._lock:
+            out = [
+                self._tasks[i]
+                for s in (TaskState.FAILED, TaskState.TIMED_OUT, TaskState.UPSTREAM_FAILED)
+                for i in self._by_state[s]
+            ]
+        out.sort(key=lambda t: t.updated, reverse=True)
+        return out[: max(limit, 0)]
+
+    # -- schedules ------------------------------------------------------------------------------
+    def put_schedule(
+        self, record: ScheduleRecord, *, first: Task | None, on_conflict: OnConflict = "replace"
+    ) -> ScheduleRecord:
+        with self._lock:
+            old = self._schedules.get(record.id)
+            if old is not None:
+                if on_conflict == "keep":
+                    return old
+                if on_conflict == "error":
+                    raise DuplicateKeyError(
+                        f"a schedule with id {record.id!r} already exists; pass "
+                        "on_conflict='replace' or 'keep', or choose another id"
+                    )
+                self._cancel_instances(record.id, record.updated)
+                record = record.evolve(version=old.version + 1)
+            self._schedules[record.id] = record
+            if first is not None:
+                existing = self._tasks.get(first.id)
+                if existing is None or existing.state in TERMINAL_STATES:
+                    # a reused id moves past the old version, so a stale CAS cannot hit the new task
+                    version = 0 if existing is None else existing.version + 1
+                    self._put(
+                        existing, first.evolve(state=_P, version=version, updated=first.created)
+                    )
+            return record
+
+    def _cancel_instances(self, schedule_id: str, now: float) -> None:
+        for i in list(self._active_by_schedule.get(schedule_id, ())):
+            t = self._tasks[i]
+            if t.state in _CANCELLABLE:
+                new = t.evolve(
+                    state=TaskState.CANCELLED,
+                    version=t.version + 1,
+                    updated=now,
+                    error="its schedule was replaced or deleted",
+                )
+                self._put(t, new)
+                self._settle(new, now)
+
+    def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        return self._schedules.get(schedule_id)
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        with self._lock:
+            return sorted(self._schedules.values(), key=lambda r: r.id)
+
+    def update_schedule(
+        self, schedule_id: str, *, expected_version: int, **changes: Any
+    ) -> ScheduleRecord:
+        with self._lock:
+            old = self._schedules.get(schedule_id)
+            if old is None:
+                raise TaskNotFoundError(f"no schedule with id {schedule_id!r}")
+            if old.version != expected_version:
+                raise VersionConflictError(
+                    f"schedule {schedule_id!r} is at version {old.version}, not {expected_version}"
+                )
+            new = old.evolve(version=old.version + 1, **changes)
+            self._schedules[schedule_id] = new
+            return new
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        with self._lock:
+            old = self._schedules.pop(schedule_id, None)
+            if old is None:
+                return False
+            self._cancel_instances(schedule_id, old.updated)
+            return True
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(tasks={len(self._tasks)}, schedules={len(self._schedules)})"
+
+    @property
+    def state_counts(self) -> Counter[TaskState]:
+        """Counts by state as a ``Counter`` (a convenience over :meth:`count_by_state`)."""
+        return Counter(self.count_by_state())

@@ -1,0 +1,247 @@
+"""Testing tools: a deterministic clock, and helpers for tests of code that schedules.
+
+:class:`FakeClock` is what timewheel's own tests use. Pass it to a ``Scheduler`` together with
+``InlineDispatcher`` and ``clock.advance(minutes=10)`` runs, in due order and in the calling thread,
+every task that falls due in those ten minutes, each seeing ``clock.now()`` equal to its own due time.
+Nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any, Protocol
+
+__all__ = ["FakeClock", "check_store"]
+
+UTC = timezone.utc
+_DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class _Driven(Protocol):
+    """Something that a :class:`FakeClock` steps deadline by deadline (a scheduler, a queue)."""
+
+    def _fake_clock_deadline(self) -> float | None:
+        """The earliest instant (epoch seconds) at which work becomes due, or ``None``."""
+        ...
+
+    def _fake_clock_fire(self, now: float) -> list[Any]:
+        """Do everything due at *now*; return what ran (for ``advance``'s result)."""
+        ...
+
+
+class FakeClock:
+    """A clock that moves only when told to. Thread-safe.
+
+    Args:
+        start: the initial instant, an aware ``datetime`` or epoch seconds (default
+            2026-01-01T00:00:00Z).
+
+    ``advance()`` and ``advance_to()`` step *deadline by deadline*: each scheduler or delay queue
+    attached to this clock is asked for its next deadline, the clock moves to the earliest one inside
+    the window, the due work runs (inline, with an ``InlineDispatcher``), and this repeats until no
+    deadline is left inside the window; then the clock moves to the end of the window. Work scheduled
+    during the advance that falls inside the window runs in it too. Anything blocked in
+    :meth:`wait` is woken at every step.
+
+    The clock refuses to go backwards: ``ValueError("time can't go backwards ...")``.
+    """
+
+    def __init__(
+        self, start: datetime | float | None = None, *, max_steps: int = 1_000_000
+    ) -> None:
+        if start is None:
+            start = _DEFAULT_START
+        if isinstance(start, datetime):
+            if start.tzinfo is None or start.tzinfo.utcoffset(start) is None:
+                raise ValueError(
+                    f"FakeClock start {start.isoformat()!r} is naive; attach a zone, "
+                    "e.g. start.replace(tzinfo=datetime.timezone.utc)"
+                )
+            ts = start.timestamp()
+        else:
+            ts = _check_number(start, "start")
+        self._t = ts
+        self._t0 = ts
+        self._lock = threading.RLock()
+        self._advancing = False
+        self._max_steps = max_steps
+        self._driven: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._waiters: weakref.WeakSet[threading.Condition] = weakref.WeakSet()
+
+    # -- Clock protocol -------------------------------------------------------------------
+    def time(self) -> float:
+        return self._t
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self._t, UTC)
+
+    def monotonic(self) -> float:
+        return self._t - self._t0
+
+    def wait(self, cond: threading.Condition, timeout: float | None) -> None:
+        """Wait on *cond* until notified or until the clock is advanced.
+
+        *timeout* is fake time: it can only run out through :meth:`advance`, which wakes every
+        waiter, so the caller's loop re-checks its own deadline on :meth:`monotonic`.
+        """
+        if timeout is not None and timeout <= 0:
+            return
+        with self._lock:
+            self._waiters.add(cond)
+        cond.wait()
+
+    # -- moving time ------------------------------------------------------------------------
+    def advance(
+        self,
+        delta: timedelta | float | None = None,
+        *,
+        seconds: float = 0,
+        minutes: float = 0,
+        hours: float = 0,
+        days: float = 0,
+    ) -> list[Any]:
+        """Move forward by *delta* (a ``timedelta`` or seconds) plus the keyword amounts.
+
+        Returns:
+            What ran during the advance, in the order it ran (``Job`` handles for a scheduler,
+            items for a delay queue).
+
+        Raises:
+            ValueError: the total is negative, NaN or infinite.
+        """
+        total = 0.0
+        if isinstance(delta, timedelta):
+            total += delta.total_seconds()
+        elif delta is not None:
+            total += _check_number(delta, "delta")
+        for name, v in (
+            ("seconds", seconds),
+            ("minutes", minutes),
+            ("hours", hours),
+            ("days", days),
+        ):
+            mult = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}[name]
+            total += _check_number(v, name) * mult
+        if total < 0:
+            raise ValueError(f"time can't go backwards (advance by {total!r} s); use a delta >= 0")
+        return self._run_to(self._t + total)
+
+    def advance_to(self, instant: datetime | float) -> list[Any]:
+        """Move forward to *instant* (aware ``datetime`` or epoch seconds); see :meth:`advance`."""
+        if isinstance(instant, datetime):
+            if instant.tzinfo is None or instant.tzinfo.utcoffset(instant) is None:
+                raise ValueError(
+                    f"advance_to({instant.isoformat()!r}): naive datetime, attach a zone"
+                )
+            target = instant.timestamp()
+        else:
+            target = _check_number(instant, "instant")
+        if target < self._t:
+            raise ValueError(f"time can't go backwards (advance_to {target!r} < now {self._t!r})")
+        return self._run_to(target)
+
+    def _run_to(self, target: float) -> list[Any]:
+        ran: list[Any] = []
+        with self._lock:
+            if self._advancing:
+                # A task running inside an advance moved the clock: just move, the outer loop steps.
+                raise RuntimeError(
+                    "FakeClock.advance() called while an advance is running (from a task?); "
+                    "schedule work instead of advancing the clock from inside it"
+                )
+            self._advancing = True
+        try:
+            steps = 0
+            while True:
+                earliest: float | None = None
+                for d in list(self._driven):
+                    dl = d._fake_clock_deadline()
+                    if dl is not None and dl <= target and (earliest is None or dl < earliest):
+                        earliest = dl
+                if earliest is None:
+                    break
+                steps += 1
+                if steps > self._max_steps:
+                    raise RuntimeError(
+                        f"FakeClock.advance made {self._max_steps} steps without reaching the end "
+                        "of the window; is a task rescheduling itself with no delay?"
+                    )
+                self._set(max(earliest, self._t))
+                progressed = False
+                for d in list(self._driven):
+                    out = d._fake_clock_fire(self._t)
+                    if out:
+                        ran.extend(out)
+                        progressed = True
+                if not progressed:
+                    # The deadline was a lower bound (e.g. work handed to other threads): re-check
+                    # only after moving on, so a stuck deadline cannot spin forever.
+                    nxt: float | None = None
+                    for d in list(self._driven):
+                        dl = d._fake_clock_deadline()
+                        if dl is not None and (nxt is None or dl < nxt):
+                            nxt = dl
+                    if nxt is not None and nxt <= self._t:
+                        break
+            self._set(target)
+        finally:
+            with self._lock:
+                self._advancing = False
+        return ran
+
+    def _set(self, t: float) -> None:
+        with self._lock:
+            if t > self._t:
+                self._t = t
+            waiters = list(self._waiters)
+        for cond in waiters:
+            with cond:
+                cond.notify_all()
+
+    # -- attaching ----------------------------------------------------------------------------
+    def _attach(self, driven: _Driven) -> None:
+        """Attach a scheduler or queue so :meth:`advance` steps through its deadlines."""
+        with self._lock:
+            self._driven.add(driven)
+
+    def _detach(self, driven: _Driven) -> None:
+        with self._lock:
+            self._driven.discard(driven)
+
+    def __repr__(self) -> str:
+        return f"FakeClock(now={self.now().isoformat()})"
+
+
+def _check_number(v: object, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds (got {v!r} that is a {type(v)!r})")
+    f = float(v)
+    if not math.isfinite(f):
+        raise ValueError(f"{name} must be finite (got {v!r})")
+    return f
+
+
+def check_store(make_store: Callable[[], Any]) -> None:
+    """Run the store contract suite against a store implementation.
+
+    *make_store* returns a fresh, empty store each call. Every check of the suite that timewheel's
+    own stores pass runs in turn; the first failure raises ``AssertionError`` naming the check.
+    Use it to prove a third-party ``Store``::
+
+        def test_my_store_conforms(tmp_path):
+            timewheel.testing.check_store(lambda: MyStore(tmp_path / "db"))
+    """
+    from timewheel._contract import CHECKS
+
+    for check in CHECKS:
+        store = make_store()
+        try:
+            check(store)
+        except AssertionError as e:
+            raise AssertionError(f"store contract check {check.__name__} failed: {e}") from e
+        finally:
+            store.close()
