@@ -5,6 +5,10 @@ from __future__ import annotations
 import timewheel
 
 EXPECTED = {
+    "DelayQueue",
+    "DelayQueueStatistics",
+    "DelayToken",
+    "QueueShutDownError",
     "Clock",
     "CronRule",
     "IntervalRule",

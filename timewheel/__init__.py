@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from timewheel import testing as testing  # tw.testing.FakeClock without another import
 from timewheel.clock import Clock, SystemClock
+from timewheel.delayqueue import (
+    DelayQueue,
+    DelayQueueStatistics,
+    DelayToken,
+    QueueShutDownError,
+)
 from timewheel.dispatch import Dispatcher, InlineDispatcher, ThreadPoolDispatcher
 from timewheel.errors import (
     DuplicateKeyError,
@@ -46,6 +52,9 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "Clock",
     "CronRule",
+    "DelayQueue",
+    "DelayQueueStatistics",
+    "DelayToken",
     "Dispatcher",
     "DuplicateKeyError",
     "Event",
@@ -59,6 +68,7 @@ __all__ = [
     "MemoryStore",
     "Misfire",
     "Overlap",
+    "QueueShutDownError",
     "Registry",
     "Retry",
     "Schedule",

@@ -21,8 +21,9 @@ wall-clock jump is noticed). A ``put`` of an item due earlier than the deadline 
 towards wakes them.
 
 With a store, each item is a task row (``func`` = :data:`ITEM_FUNC`, ``args = [item]``,
-``queue`` = the queue's name): a ``get`` promotes PENDING -> READY, claims READY -> RUNNING and
-finishes RUNNING -> SUCCEEDED before it returns (at-most-once delivery: see ``docs/delayqueue.md``).
+``queue`` = the queue's name): items falling due are promoted PENDING -> READY in one step, and a
+``get`` claims READY -> RUNNING and finishes RUNNING -> SUCCEEDED before it returns the item
+(at-most-once delivery: see ``docs/delayqueue.md``).
 """
 
 from __future__ import annotations
