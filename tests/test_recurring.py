@@ -320,3 +320,18 @@ def test_interval_with_a_sub_microsecond_anchor_never_skips() -> None:
         clock.advance(seconds=10)
         assert len(runs) == 20
         assert sched.statistics().missed_fires == 0
+
+
+def test_upcoming_shows_the_midnight_spike_before_it_fires() -> None:
+    clock = FakeClock(start=datetime(2026, 1, 1, 22, tzinfo=UTC))
+    with tw.Scheduler(clock=clock, dispatcher=tw.InlineDispatcher()) as sched:
+        for i in range(500):
+            sched.schedule(print, cron="0 0 * * *", id=f"nightly-{i}")
+        sched.schedule(print, delay=90)
+        ahead = sched.upcoming(3 * 3600, bucket="hour")
+        assert ahead == [
+            (datetime(2026, 1, 1, 22, tzinfo=UTC), 1),
+            (datetime(2026, 1, 2, 0, tzinfo=UTC), 500),
+        ]
+        minutes = sched.upcoming(7260, bucket="minute")
+        assert minutes[-1] == (datetime(2026, 1, 2, 0, 0, tzinfo=UTC), 500)

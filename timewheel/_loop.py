@@ -48,6 +48,9 @@ class TriggerLoop:
 
     def wake(self, deadline: float | None = None) -> None:
         """Re-plan now if *deadline* (epoch seconds) is earlier than the planned wake-up."""
+        planned = self._planned  # unlocked read: at worst we take the lock for nothing
+        if deadline is not None and planned is not None and deadline >= planned:
+            return
         with self._cond:
             if deadline is not None and self._planned is not None and deadline >= self._planned:
                 return

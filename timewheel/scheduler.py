@@ -338,6 +338,7 @@ class Scheduler:
         self._id_prefix = os.urandom(3).hex()
         self._resolved: dict[str, Callable[..., Any]] = {}
         self._callbacks: dict[str, list[Callable[[Job], object]]] = {}
+        self._waiting = 0  # threads in _wait (guarded by self._done)
         self._listeners: dict[str, list[Callable[[Event], object]]] = {e: [] for e in EVENTS}
         self._counts = dict.fromkeys(EVENTS, 0)
         self._missed_fires = 0
@@ -1167,9 +1168,11 @@ class Scheduler:
         self._count(event or _TERMINAL_EVENT[task.state], task, exc)
         if task.schedule_id is not None:
             self._release_held(task.schedule_id)
-        with self._done:
-            self._done.notify_all()
-            cbs = self._callbacks.pop(task.id, None)
+        cbs = None
+        if self._waiting or self._callbacks:  # read without the lock: see _wait
+            with self._done:
+                self._done.notify_all()
+                cbs = self._callbacks.pop(task.id, None)
         if cbs:
             job = Job(self, task.id)
             for fn in cbs:
@@ -1190,29 +1193,61 @@ class Scheduler:
         clock = self._clock
         end = None if timeout is None else clock.monotonic() + timeout
         with self._done:
-            while True:
-                t = self._store.get(task_id)
-                if t.state in TERMINAL_STATES:
-                    return t
-                remaining = None if end is None else end - clock.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise JobTimeoutError(
-                        f"task {task_id!r} is still {t.state.value} after {timeout} s; the task "
-                        "is unaffected, wait again or cancel it"
-                    )
-                if self._state == "stopped" and t.state in (TaskState.PENDING, TaskState.READY):
-                    raise SchedulerStateError(
-                        f"task {task_id!r} is {t.state.value} and the scheduler was shut down; "
-                        "it will not run in this scheduler"
-                    )
-                # a short cap lets outcomes reached in other processes (durable stores) be seen
-                cap = 0.5 if self._store.durable else None
-                wait_for = (
-                    remaining
-                    if cap is None
-                    else (cap if remaining is None else min(cap, remaining))
+            # counted before the state is read, so a finisher that stores the outcome after our
+            # read sees a waiter and notifies (it takes this lock, so after we wait)
+            self._waiting += 1
+            try:
+                return self._wait_locked(task_id, timeout, end)
+            finally:
+                self._waiting -= 1
+
+    def _wait_locked(self, task_id: str, timeout: float | None, end: float | None) -> Task:
+        clock = self._clock
+        while True:
+            t = self._store.get(task_id)
+            if t.state in TERMINAL_STATES:
+                return t
+            remaining = None if end is None else end - clock.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise JobTimeoutError(
+                    f"task {task_id!r} is still {t.state.value} after {timeout} s; the task "
+                    "is unaffected, wait again or cancel it"
                 )
-                clock.wait(self._done, wait_for)
+            if self._state == "stopped" and t.state in (TaskState.PENDING, TaskState.READY):
+                raise SchedulerStateError(
+                    f"task {task_id!r} is {t.state.value} and the scheduler was shut down; "
+                    "it will not run in this scheduler"
+                )
+            # a short cap lets outcomes reached in other processes (durable stores) be seen
+            cap = 0.5 if self._store.durable else None
+            wait_for = (
+                remaining if cap is None else (cap if remaining is None else min(cap, remaining))
+            )
+            clock.wait(self._done, wait_for)
+
+    def upcoming(
+        self, horizon: float = 3600.0, *, bucket: float | str = 60.0
+    ) -> list[tuple[datetime, int]]:
+        """Look-ahead: ``(bucket_start, count)`` of tasks due per bucket over the next *horizon*
+        seconds, for non-empty buckets, so a spike (midnight) is visible before it fires.
+
+        *bucket* is a width in seconds or ``"second"``, ``"minute"``, ``"hour"``. Counts come from
+        the timing wheel (cost O(non-empty slots); buckets aligned to multiples of their width),
+        or with a durable store from the store (one indexed query; buckets aligned on now).
+        Recurring schedules count their next instance.
+        """
+        from timewheel.clock import to_datetime
+
+        hist = getattr(self._store, "due_histogram", None)
+        if self._store.durable and hist is not None:
+            # the store holds every pending task; the wheel only the near horizon
+            width = {"second": 1.0, "minute": 60.0, "hour": 3600.0}.get(str(bucket))
+            w = width if width is not None else float(bucket)
+            counts = dict(hist(self._clock.time(), horizon=horizon, bucket=w))
+        else:
+            with self._lock:
+                counts = dict(self._wheel.upcoming(horizon, bucket=bucket))
+        return [(to_datetime(t), n) for t, n in sorted(counts.items()) if n]
 
     # -- statistics -----------------------------------------------------------------------------------
     def statistics(self) -> SchedulerStatistics:

@@ -20,7 +20,7 @@ import enum
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -231,8 +231,31 @@ class Task:
         return f"{mod}:{name}"
 
     def evolve(self, **changes: Any) -> Task:
-        """A copy with *changes* applied (no state-machine checks: stores do those)."""
-        return replace(self, **changes)
+        """A copy with *changes* applied (no state-machine checks: stores do those).
+
+        About twice as fast as ``dataclasses.replace`` (a copy per state change is on the hot
+        path); unknown field names raise ``TypeError`` like ``replace`` does.
+        """
+        return _copy_task(self, changes)
+
+
+def _make_copier() -> Callable[[Task, dict[str, Any]], Task]:
+    """Build ``copy(task, changes)``: one straight-line function over Task's fields."""
+    names = [f.name for f in fields(Task)]
+    lines = ["def copy(t, ch):", "    n = new(Task)"]
+    lines += [f"    put(n, {n!r}, ch.pop({n!r}) if {n!r} in ch else t.{n})" for n in names]
+    lines += [
+        "    if ch:",
+        "        raise TypeError(f'Task has no field(s) {sorted(ch)}')",
+        "    return n",
+    ]
+    ns: dict[str, Any] = {"new": object.__new__, "put": object.__setattr__, "Task": Task}
+    exec("\n".join(lines), ns)  # generated once at import: no per-call reflection
+    copier: Callable[[Task, dict[str, Any]], Task] = ns["copy"]
+    return copier
+
+
+_copy_task = _make_copier()
 
 
 FAILURE_STATES: frozenset[TaskState] = frozenset(

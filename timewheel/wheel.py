@@ -167,6 +167,9 @@ class TimingWheel(Generic[K]):
         "_occ",
         "_ovf",
         "_ovf_days",
+        "_r1",
+        "_r2",
+        "_r3",
         "_ring0",
         "_rings",
         "_roll",
@@ -211,6 +214,7 @@ class TimingWheel(Generic[K]):
         self._rings: list[list[list[dict[K, float]]]] = [[]] + [
             [[] for _ in range(n)] for n in self._n[1:]
         ]
+        self._r1, self._r2, self._r3 = self._rings[1], self._rings[2], self._rings[3]
         self._where: dict[int, tuple[int, int]] = {id(d): (0, i) for i, d in enumerate(self._ring0)}
         self._occ = [0, 0, 0, 0, 0]  # occupancy bitmaps of levels 1-4 (level 0: _heap0)
         self._heap0: list[int] = []  # ticks of non-empty level-0 slots (may hold stale ticks)
@@ -304,26 +308,45 @@ class TimingWheel(Generic[K]):
                 if u < self._lim1:
                     level = 1
                     i = u // self._tps % 120
+                    segs = self._r1[i]
+                    self._stale |= 2
                 elif u < self._lim2:
                     level = 2
                     i = u // self._W[2] % 120
+                    segs = self._r2[i]
+                    self._stale |= 4
                 elif u < self._lim3:
                     level = 3
                     i = u // self._W[3] % 48
-                elif u < self._lim4:
-                    level = 4
-                    i = u // self._W[4] % self._days
+                    segs = self._r3[i]
+                    self._stale |= 8
                 else:
-                    level = 5
-                    i = u // self._W[4]
-                self._stale |= 1 << level
-                segs = self._rings[level][i] if level < 5 else self._ovf.get(i)
-                if segs and len(segs[-1]) < SEGMENT:
+                    self._add_far(key, due, u)
+                    return
+                if segs:
                     slot = segs[-1]
+                    if len(slot) >= SEGMENT:
+                        slot = self._new_segment(level, i, segs)
                 else:
                     slot = self._new_segment(level, i, segs)
         slot[key] = due
         index[key] = slot
+
+    def _add_far(self, key: K, due: float, u: int) -> None:
+        """``add`` for the day level and the overflow."""
+        if u < self._lim4:
+            level = 4
+            i = u // self._W[4] % self._days
+            segs: list[dict[K, float]] | None = self._rings[4][i]
+        else:
+            level = 5
+            i = u // self._W[4]
+            segs = self._ovf.get(i)
+        self._stale |= 1 << level
+        full = not segs or len(segs[-1]) >= SEGMENT
+        slot = self._new_segment(level, i, segs) if full else segs[-1]  # type: ignore[index]
+        slot[key] = due
+        self._index[key] = slot
 
     def _new_segment(self, level: int, i: int, segs: list[dict[K, float]] | None) -> dict[K, float]:
         """Append a fresh segment to slot ``i`` of ``level`` (>= 1) and return it."""

@@ -109,6 +109,15 @@ class MemoryStore:
             )
         with self._lock:
             old = self._tasks.get(task.id)
+            if (
+                old is None
+                and not task.after
+                and task.state is _P
+                and task.version == 0
+                and task.updated == task.created
+            ):
+                self._put(None, task)  # the common case: a fresh task, stored as given
+                return Changed(task)
             if old is not None:
                 if on_conflict == "keep":
                     return Changed(old)
