@@ -373,3 +373,20 @@ def test_job_repr_and_equality(sched: tw.Scheduler) -> None:
     assert sched.jobs(tw.TaskState.PENDING) == [job]
     with pytest.raises(tw.TaskNotFoundError):
         sched.get("y")
+
+
+def test_tasks_of_queues_not_served_here_never_fill_the_ready_queue(clock: FakeClock) -> None:
+    """A dispatcher serving only "fast": "slow" tasks stay READY in the store for other
+    workers, and cannot take the bounded queue's places from "fast" ones."""
+    with tw.Scheduler(
+        clock=clock, dispatcher=tw.InlineDispatcher(queues=["fast"]), ready_capacity=2
+    ) as s:
+        ran: list[str] = []
+        for i in range(5):
+            s.schedule(ran.append, f"slow{i}", delay=1, queue="slow")
+        for i in range(3):
+            s.schedule(ran.append, f"fast{i}", delay=2, queue="fast")
+        clock.advance(seconds=3)
+        assert ran == ["fast0", "fast1", "fast2"]
+        assert len(s.store.tasks(state=tw.TaskState.READY)) == 5
+        assert len(s.ready_queue) == 0

@@ -215,6 +215,11 @@ class _Running:
             if cur is not None and cur[1] == owner:
                 del self._by_id[task_id]
 
+    def holds(self, task_id: str, owner: str) -> bool:
+        with self._lock:
+            cur = self._by_id.get(task_id)
+            return cur is not None and cur[1] == owner
+
     def snapshot(self) -> list[tuple[Task, str, float]]:
         with self._lock:
             return list(self._by_id.values())
@@ -398,7 +403,7 @@ class ThreadPoolDispatcher:
             except Exception:
                 log.exception("task %r: heartbeat failed", task.id)
                 continue
-            if not ok:
+            if not ok and self._running.holds(task.id, owner):  # not merely finished meanwhile
                 log.warning(
                     "task %r: lease of %s was lost; its result will be discarded", task.id, owner
                 )

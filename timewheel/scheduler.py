@@ -328,6 +328,8 @@ class Scheduler:
         self._state: Literal["created", "running", "stopped"] = "created"
         self._fake = hasattr(self._clock, "_attach")
         self._inline = isinstance(self._dispatcher, InlineDispatcher)
+        queues = getattr(self._dispatcher, "queues", None)
+        self._served: frozenset[str] | None = None if queues is None else frozenset(queues)
         self._loop: TriggerLoop | None = None
         self._backlog = False
         self._refilled_until = -math.inf
@@ -956,23 +958,37 @@ class Scheduler:
 
     def _promote(self, ids: Sequence[str], now: float) -> None:
         successors: Sequence[Task] = ()
+        skipped: Sequence[tuple[Task, str]] = ()
         if any("@" in i for i in ids):  # instances of recurring schedules are named "sid@slot"
             plan = self._recurring.fire(ids, now)
             plain = [i for i in ids if "@" not in i]
-            ids, successors = plain + plan.run, plan.successors
+            ids, successors, skipped = plain + plan.run, plan.successors, plan.skipped
             self._missed_fires += plan.missed
-            for t, why in plan.skipped:
-                self._skip(t, why, now)
         moved = self._store.promote(ids, now, successors=successors)
+        # Skip only once the successors are stored: a crash between the two steps then leaves the
+        # skipped head PENDING (decided again after a restart), never a series without a head.
+        for t, why in skipped:
+            self._skip(t, why, now)
         for succ in successors:
             self._index(succ)
         if len(moved) != len(ids):
             self._reindex_unmoved(ids, moved)
-        ready = self._ready
-        for t in moved:
-            if not ready.put(t):
+        self._enqueue(moved)
+
+    def _enqueue(self, tasks: Iterable[Task]) -> None:
+        """Queue READY tasks for this process's workers. Tasks of queue names the dispatcher
+        does not serve stay READY in the store (for other processes' workers), so they never
+        take the bounded queue's places from the queues served here."""
+        ready, served = self._ready, self._served
+        any_put = False
+        for t in tasks:
+            if served is not None and t.queue not in served:
+                continue
+            if ready.put(t):
+                any_put = True
+            else:
                 self._backlog = True  # stays READY in the store; refilled as the queue drains
-        if moved:
+        if any_put:
             self._dispatcher.wakeup()
 
     def _skip(self, task: Task, why: str, now: float) -> None:
@@ -1005,7 +1021,8 @@ class Scheduler:
         if free <= 0:
             return
         limit = free + len(self._ready)
-        rows = self._store.ready(limit=limit)
+        served = None if self._served is None else sorted(self._served)
+        rows = self._store.ready(limit=limit, queues=served)
         batch = [t for t in rows if t.id not in self._ready]
         for t in batch[:free]:
             self._ready.put(t)
@@ -1065,7 +1082,9 @@ class Scheduler:
         running = self._store.tasks(state=TaskState.RUNNING)
         leases = [t.lease_expires for t in running if t.lease_expires is not None]
         if leases:
-            e = math.nextafter(min(leases), math.inf)
+            # a lease has expired once now > lease_expires; durable stores keep microseconds, so
+            # step one microsecond past it (the next float would round back onto the lease)
+            e = max(math.nextafter(min(leases), math.inf), min(leases) + 1e-6)
             d = e if d is None else min(d, e)
         return d
 
@@ -1157,10 +1176,7 @@ class Scheduler:
         held = self._recurring.release(schedule_id)
         if held:
             now = self._clock.time()
-            for t in self._store.promote(held, now):
-                if not self._ready.put(t):
-                    self._backlog = True
-            self._dispatcher.wakeup()
+            self._enqueue(self._store.promote(held, now))
 
     def _notify_terminal(
         self, task: Task, exc: BaseException | None, event: str | None = None
