@@ -39,10 +39,15 @@ class ReadyStatistics:
 class ReadyQueue:
     """Bounded multi-lane queue of READY tasks (see the module docstring)."""
 
-    def __init__(self, capacity: int = 10_000) -> None:
+    def __init__(self, capacity: int = 10_000, *, on_low: Callable[[], None] | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"ready queue capacity must be >= 1 (got {capacity})")
         self.capacity = capacity
+        self.low_water = capacity // 2
+        """Depth at which ``on_low`` is called as workers drain the queue."""
+        self.on_low = on_low
+        """Called (outside the lock) when a pull brings the depth down to ``low_water``: the
+        scheduler refills from READY rows in the store in one batch, not one row per pull."""
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
         # queue name -> (sorted priorities ascending, priority -> lane)
@@ -129,7 +134,10 @@ class ReadyQueue:
     def pull_nowait(self, queues: Sequence[str] | None = None) -> Task | None:
         """The next task for a worker serving *queues* (None: all), or None if there is none."""
         with self._lock:
-            return self._pop_locked(queues)
+            task = self._pop_locked(queues)
+        if task is not None and self._depth == self.low_water and self.on_low is not None:
+            self.on_low()
+        return task
 
     def pull(
         self,
@@ -144,13 +152,15 @@ class ReadyQueue:
         """
         with self._lock:
             task = self._pop_locked(queues)
-            if task is not None or self._closed:
-                return task
-            if wait is None:
-                self._not_empty.wait(timeout)
-            else:
-                wait(self._not_empty, timeout)
-            return self._pop_locked(queues)
+            if task is None and not self._closed:
+                if wait is None:
+                    self._not_empty.wait(timeout)
+                else:
+                    wait(self._not_empty, timeout)
+                task = self._pop_locked(queues)
+        if task is not None and self._depth == self.low_water and self.on_low is not None:
+            self.on_low()  # outside the lock: the owner refills from the store
+        return task
 
     def discard(self, task_id: str) -> None:
         """Forget *task_id* if queued (lazy: the entry is skipped when pulled)."""

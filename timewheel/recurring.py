@@ -268,20 +268,19 @@ class Recurring:
     def __init__(self, scheduler: Scheduler) -> None:
         self._s = scheduler
         self._lock = threading.RLock()
-        self._rules: dict[tuple[str, int], Rule] = {}
+        self._rules: dict[str, tuple[int, Rule]] = {}  # schedule id -> (version, rule)
         self._held: dict[str, list[str]] = {}
         self._rng = random.Random()
 
     # -- rules and records ---------------------------------------------------------------------
     def rule(self, rec: ScheduleRecord) -> Rule:
         """The rule of *rec*, built once per schedule version (rules keep croniter iterators)."""
-        key = (rec.id, rec.version)
         with self._lock:
-            r = self._rules.get(key)
-            if r is None:
-                for k in [k for k in self._rules if k[0] == rec.id]:
-                    del self._rules[k]
-                r = self._rules[key] = rule_from_spec(rec.rule)
+            got = self._rules.get(rec.id)
+            if got is not None and got[0] == rec.version:
+                return got[1]
+            r = rule_from_spec(rec.rule)
+            self._rules[rec.id] = (rec.version, r)
             return r
 
     def head(self, schedule_id: str) -> Task | None:
@@ -380,7 +379,9 @@ class Recurring:
         first_slot = rule.next_after(now)
         first = None if first_slot is None else self._instance(rec, first_slot, rule)
         old_heads = [t.id for t in store.tasks(state=_P, schedule_id=sid)]
-        store.put_schedule(rec, first=first, on_conflict="replace")
+        stored = store.put_schedule(rec, first=first, on_conflict="replace")
+        with self._lock:
+            self._rules[sid] = (stored.version, rule)  # the first fire needs no rebuild
         self._s._unindex(old_heads)
         if first is not None:
             self._s._index(first)
@@ -450,18 +451,27 @@ class Recurring:
             grace = opts.get("misfire_grace")
             if grace is None:
                 grace = policy.default_grace
-            plan = plan_misfires(
-                rule,
-                math.nextafter(slot, -math.inf),
-                now,
-                policy=policy,
-                grace=grace,
-                max_runs=opts.get("max_runs", 100),
-            )
-            missed += plan.skipped
-            if plan.next_slot is not None:
-                successors.append(self._instance(rec, plan.next_slot, rule))
-            runs = list(plan.run)
+            nxt = rule.next_after(slot)  # one step of the rule's kept iterator
+            if nxt is None or nxt > now:
+                # on time (the common case): only this slot is due; no misfire search needed
+                on_time = policy is not Misfire.SKIP or grace is None or now - slot <= grace
+                runs = [slot] if on_time else []
+                missed += 0 if on_time else 1
+                next_slot = nxt
+            else:
+                plan = plan_misfires(
+                    rule,
+                    math.nextafter(slot, -math.inf),
+                    now,
+                    policy=policy,
+                    grace=grace,
+                    max_runs=opts.get("max_runs", 100),
+                )
+                missed += plan.skipped
+                runs = list(plan.run)
+                next_slot = plan.next_slot
+            if next_slot is not None:
+                successors.append(self._instance(rec, next_slot, rule))
             if not runs:
                 skipped.append((t, f"misfire: late by {now - slot:.3f} s, policy {policy.value}"))
                 continue

@@ -53,6 +53,7 @@ from __future__ import annotations
 import calendar
 import dataclasses
 import enum
+import functools
 import math
 import random
 import re
@@ -436,11 +437,20 @@ def _croniter_values(field: _Field, expanded: Sequence[object]) -> frozenset[int
 
 
 def _parse(expr: object) -> _Parsed:
-    """Validate a cron expression and return its parsed form (see the module docstring)."""
+    """Validate a cron expression and return its parsed form (see the module docstring).
+
+    Parsed forms are cached by expression: 100,000 schedules at ``0 0 * * *`` parse it once.
+    """
     if not isinstance(expr, str):
         raise InvalidScheduleError(
             f"cron expression must be a str (got {expr!r} that is a {_type_name(expr)})"
         )
+    return _parse_cached(expr)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(expr: str) -> _Parsed:
+    """:func:`_parse` for a ``str`` (cached; a malformed one raises every time)."""
     stripped = expr.strip()
     if stripped.startswith("@"):
         alias = stripped.lower()

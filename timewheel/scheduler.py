@@ -324,7 +324,7 @@ class Scheduler:
         self._lock = threading.RLock()
         self._done = threading.Condition(threading.Lock())
         self._wheel: TimingWheel[str] = TimingWheel(tick=tick, start=self._clock.time())
-        self._ready = ReadyQueue(ready_capacity)
+        self._ready = ReadyQueue(ready_capacity, on_low=self._on_ready_low)
         self._state: Literal["created", "running", "stopped"] = "created"
         self._fake = hasattr(self._clock, "_attach")
         self._inline = isinstance(self._dispatcher, InlineDispatcher)
@@ -932,7 +932,7 @@ class Scheduler:
             ids = self._wheel.advance(now)
         for i in range(0, len(ids), self._batch):
             self._promote(ids[i : i + self._batch], now)
-        if self._backlog and self._ready.free:
+        if self._backlog and self._refill_due():
             self._refill_ready()
         if self._store.durable and now + self._horizon / 2 >= self._refilled_until:
             self._refill_wheel(now)
@@ -1069,10 +1069,20 @@ class Scheduler:
         if self._store.durable and self._state == "running":
             refill = self._refilled_until - self._horizon / 2  # when the wheel needs more
             d = refill if d is None else min(d, refill)
-        if self._backlog and self._ready.free:
+        if self._backlog and self._refill_due():
             now = self._clock.time()
             d = now if d is None else min(d, now)
         return d
+
+    def _refill_due(self) -> bool:
+        """Refill the ready queue from the store once it is at most half full: one store query
+        per half queue of work, not one per task a worker took."""
+        ready = self._ready
+        return len(ready) <= ready.low_water and ready.free > 0
+
+    def _on_ready_low(self) -> None:
+        if self._backlog and self._loop is not None:
+            self._loop.wake()
 
     # -- FakeClock driving ----------------------------------------------------------------------
     def _fake_clock_deadline(self) -> float | None:

@@ -98,12 +98,13 @@ class TimingWheel(Generic[K]):
         4 days     1 day         days    the next ``days`` days
         overflow   1 day each    sparse  later days; a sorted list of day numbers
 
-    At current time c (1 ms ticks), a key due at c + 3 h 25 min 40 s sits in an hour slot::
+    At 00:00:00.000 (in hour h = 0, 1 ms ticks), a key due in 3 h 25 min 40 s sits in an
+    hour slot; the rings below span two of the unit above::
 
-        hours    |c  |h+1|h+2|h+3|*  |...        <- c + 3h25m40s is in slot h+3
-        minutes  |m  |m+1|...|m+59| (this hour and the next)
-        seconds  |s  |s+1|...     | (this minute and the next)
-        ticks    |t  |t+1|...     | (this second and the next)
+        hours    | h |h+1|h+2|h+3|...|h+47|    <- due 03:25:40.123: hour slot h+3
+        minutes  | m |m+1|  ...  |m+119|      this hour and the next
+        seconds  | s |s+1|  ...  |s+119|      this minute and the next
+        ticks    | t |t+1|  ...  |t+1999|     this second and the next
 
     During hour h+2 the hour slot h+3 is **drained**: its entries move, oldest first, into the
     minute ring (which spans two hours for this reason), a chunk at a time in proportion to the
@@ -131,7 +132,12 @@ class TimingWheel(Generic[K]):
     - ``upcoming``: O(non-empty slots + entries in slots wider than a bucket)
     - ``len``, ``in``, ``now``: O(1); ``statistics``: O(non-empty slots); ``_check``: O(n)
 
-    Memory: two dict entries (index and slot) and the due float per pending entry.
+    Slots above the sub-second level are short lists of dict segments (at most ``SEGMENT``
+    entries each, oldest first): a spread cascade takes whole segments, so it never rescans the
+    deleted head of a big dict.
+
+    Memory: two dict entries (the key index and the slot) and the due float per pending entry;
+    no per-entry objects and no reference cycles.
 
     Thread safety: none. The wheel is not thread-safe; the caller serializes every call (the
     trigger loop owns its wheel and holds a lock around each call if other threads add or

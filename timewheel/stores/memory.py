@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 from collections import Counter
@@ -316,8 +317,7 @@ class MemoryStore:
             tasks = self._tasks
             qs = None if queues is None else frozenset(queues)
             rs = [t for t in (tasks[i] for i in self._by_state[_R]) if qs is None or t.queue in qs]
-        rs.sort(key=lambda t: (-t.priority, t.due))
-        return rs[:limit]
+        return heapq.nsmallest(limit, rs, key=lambda t: (-t.priority, t.due))  # O(R log limit)
 
     def expired_leases(self, now: float, *, limit: int) -> list[Task]:
         with self._lock:
