@@ -335,3 +335,28 @@ def test_upcoming_shows_the_midnight_spike_before_it_fires() -> None:
         ]
         minutes = sched.upcoming(7260, bucket="minute")
         assert minutes[-1] == (datetime(2026, 1, 2, 0, 0, tzinfo=UTC), 500)
+
+
+def test_a_recurring_run_cut_off_by_a_lost_lease_runs_again_not_skipped() -> None:
+    """The re-queued run is the same run continuing: the misfire policy (which would call it
+    30 s late and skip it under SKIP with a 10 s grace) does not apply to it again."""
+    clock = FakeClock(start=datetime(2026, 1, 1, tzinfo=UTC))
+    # the series runs on queue "ext", served by workers elsewhere: here it only triggers
+    with tw.Scheduler(
+        clock=clock, dispatcher=tw.InlineDispatcher(queues=["inline"]), lease=30
+    ) as sched:
+        t0 = clock.time()
+        sched.schedule(print, every=60, id="s", queue="ext", misfire="skip", misfire_grace=10)
+        clock.advance(seconds=60)
+        run = sched.store.tasks(state=tw.TaskState.READY)[0]
+        claimed = sched.store.claim(
+            run.id, expected_version=run.version, owner="dead", lease_expires=t0 + 90, now=t0 + 60
+        )
+        assert claimed is not None
+        clock.advance(seconds=35)  # the lease ran out at 90: re-queued, and READY again
+        again = sched.store.get(run.id)
+        assert again.state is tw.TaskState.READY, again.error
+        assert again.attempts == 1
+        assert sched.statistics().missed_fires == 0
+        heads = sched.store.tasks(state=tw.TaskState.PENDING)
+        assert [h.due - t0 for h in heads] == [120.0]

@@ -435,6 +435,11 @@ class Recurring:
                 skipped.append((t, "its schedule is paused"))
                 continue
             opts = rec.options
+            if t.attempts > 0:
+                # a retry, or a re-run after a lost lease: the same run continuing. Its slot was
+                # planned and its successor materialized when it first fired; run it again.
+                run.append(tid)
+                continue
             if t.extra.get("catchup"):
                 verdict = self._overlap(rec, 1, t)
                 if verdict == "run":
