@@ -823,11 +823,19 @@ class Scheduler:
             return
         if self._store.durable and task.due >= self._refilled_until:
             return  # beyond the horizon: the refill will load it
+        loop = self._loop
+        if loop is not None and "@" not in task.id:
+            now = self._clock.time()
+            if task.due <= now:
+                # already due: trigger it here, in one store step, rather than handing it to
+                # the trigger loop thread (a thread switch per task under the GIL)
+                self._promote([task.id], now)
+                return
         with self._lock:
             if task.id not in self._wheel:
                 self._wheel.add(task.id, task.due)
-        if self._loop is not None:
-            self._loop.wake(task.due)
+        if loop is not None:
+            loop.wake(task.due)
 
     @overload
     def task(self, func: Callable[..., R], /) -> TaskFunction[R]: ...
