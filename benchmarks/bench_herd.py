@@ -56,7 +56,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from timewheel.clock import to_datetime
-from timewheel.dispatch import Engine, ThreadPoolDispatcher
+from timewheel.dispatch import NullDispatcher, ThreadPoolDispatcher
 from timewheel.scheduler import Scheduler
 from timewheel.task import Task, TaskState
 from timewheel.testing import FakeClock
@@ -72,22 +72,6 @@ def noop() -> None:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-class NullDispatcher:
-    """A dispatcher that runs nothing: READY tasks stay READY (to time the trigger alone)."""
-
-    def start(self, engine: Engine) -> None:
-        pass
-
-    def wakeup(self) -> None:
-        pass
-
-    def run_ready(self) -> list[Task]:
-        return []
-
-    def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> None:
-        pass
 
 
 class ShiftedClock:

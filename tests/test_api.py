@@ -31,6 +31,7 @@ EXPECTED = {
     "JobCancelledError",
     "JobTimeoutError",
     "MemoryStore",
+    "NullDispatcher",
     "Retry",
     "Scheduler",
     "SchedulerStateError",

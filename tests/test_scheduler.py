@@ -390,3 +390,16 @@ def test_tasks_of_queues_not_served_here_never_fill_the_ready_queue(clock: FakeC
         assert ran == ["fast0", "fast1", "fast2"]
         assert len(s.store.tasks(state=tw.TaskState.READY)) == 5
         assert len(s.ready_queue) == 0
+
+
+def test_null_dispatcher_only_triggers(clock: FakeClock) -> None:
+    """A trigger-only process: due tasks become READY rows for workers elsewhere."""
+    with tw.Scheduler(clock=clock, dispatcher=tw.NullDispatcher()) as s:
+        jobs = [s.schedule(print, i, delay=i) for i in range(1, 4)]
+        clock.advance(seconds=2)
+        assert [j.state for j in jobs] == [
+            tw.TaskState.READY,
+            tw.TaskState.READY,
+            tw.TaskState.PENDING,
+        ]
+        assert len(s.ready_queue) == 0

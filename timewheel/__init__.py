@@ -10,7 +10,7 @@ from timewheel.delayqueue import (
     DelayToken,
     QueueShutDownError,
 )
-from timewheel.dispatch import Dispatcher, InlineDispatcher, ThreadPoolDispatcher
+from timewheel.dispatch import Dispatcher, InlineDispatcher, NullDispatcher, ThreadPoolDispatcher
 from timewheel.errors import (
     DuplicateKeyError,
     InvalidScheduleError,
@@ -67,6 +67,7 @@ __all__ = [
     "JobTimeoutError",
     "MemoryStore",
     "Misfire",
+    "NullDispatcher",
     "Overlap",
     "QueueShutDownError",
     "Registry",

@@ -36,6 +36,7 @@ __all__ = [
     "Dispatcher",
     "Engine",
     "InlineDispatcher",
+    "NullDispatcher",
     "ThreadPoolDispatcher",
     "complete",
     "run_task",
@@ -230,6 +231,29 @@ class _Running:
 
 def _owner_prefix() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{id(object()) & 0xFFFFFF:06x}"
+
+
+class NullDispatcher:
+    """Runs nothing and serves no queue: due tasks are moved to READY and stay there, for workers
+    in other processes (``timewheel worker``) to claim. For a process that only triggers, and for
+    measuring the trigger side alone."""
+
+    queues: tuple[str, ...] = ()
+
+    def start(self, engine: Engine) -> None:
+        """Nothing to start."""
+
+    def wakeup(self) -> None:
+        """Nothing to wake."""
+
+    def run_ready(self) -> list[Task]:
+        return []
+
+    def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        """Nothing to stop."""
+
+    def __repr__(self) -> str:
+        return "NullDispatcher()"
 
 
 class InlineDispatcher:

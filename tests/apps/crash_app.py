@@ -13,6 +13,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 import timewheel as tw
+from timewheel.dispatch import NullDispatcher
 from timewheel.stores.sqlite import SQLiteStore
 from timewheel.task import Task
 
@@ -77,22 +78,6 @@ def start_logger(path: str) -> Callable[[tw.Event], None]:
     return on_start
 
 
-class IdleDispatcher:
-    """A dispatcher that never runs anything: due tasks are promoted to READY and stay there."""
-
-    def start(self, engine: object) -> None:
-        pass
-
-    def wakeup(self) -> None:
-        pass
-
-    def run_ready(self) -> list[Task]:
-        return []
-
-    def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> None:
-        pass
-
-
 def victim(db: str, runs: str, starts: str, inline: bool, lease: float) -> None:
     """A scheduler process that is SIGKILLed at a random moment by the kill test.
 
@@ -100,7 +85,7 @@ def victim(db: str, runs: str, starts: str, inline: bool, lease: float) -> None:
     otherwise its trigger loop only moves due tasks to READY (an idle dispatcher).
     """
     store = SQLiteStore(db, durability="fast", busy_timeout=30)
-    dispatcher: tw.Dispatcher = tw.InlineDispatcher() if inline else IdleDispatcher()
+    dispatcher: tw.Dispatcher = tw.InlineDispatcher() if inline else NullDispatcher()
     sched = tw.Scheduler(
         store=store,
         dispatcher=dispatcher,
