@@ -18,10 +18,13 @@ def test_help_without_a_command() -> None:
 @pytest.mark.realclock
 def test_demo_runs_end_to_end_small() -> None:
     out = io.StringIO()
-    rc = main(["demo", "--tasks", "300", "--seconds", "1", "--workers", "4"], out=out)
+    rc = main(
+        ["demo", "--tasks", "300", "--seconds", "1", "--workers", "4", "--burst", "500"], out=out
+    )
     text = out.getvalue()
     assert rc == 0, text
     assert "flaky task: 'charged on attempt 3'" in text
     assert "stuck task: timed_out" in text
-    assert "301 succeeded" in text
+    assert "801 succeeded" in text
+    assert "burst: 500 tasks due at once" in text
     assert "lateness p50" in text

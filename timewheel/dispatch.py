@@ -44,6 +44,8 @@ __all__ = [
 
 log = logging.getLogger("timewheel.dispatch")
 
+_UNRESOLVED: set[str] = set()  # references already reported as unresolvable in this process
+
 
 @runtime_checkable
 class Engine(Protocol):
@@ -161,7 +163,17 @@ def run_task(
     try:
         func = engine._resolve(task)
     except Exception as e:
-        log.error("task %r not claimed: %s", task.id, e)
+        # it stays READY for a worker that can import it; say so once per reference, not once
+        # per task per poll
+        ref = task.func_name
+        if ref not in _UNRESOLVED:
+            _UNRESOLVED.add(ref)
+            log.error(
+                "tasks calling %s are not claimed here (they stay READY for a worker that can "
+                "import it): %s",
+                ref,
+                e,
+            )
         return None
     now = clock.time()
     claimed = store.claim(
