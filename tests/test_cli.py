@@ -27,4 +27,4 @@ def test_demo_runs_end_to_end_small() -> None:
     assert "stuck task: timed_out" in text
     assert "801 succeeded" in text
     assert "burst: 500 tasks due at once" in text
-    assert "lateness p50" in text
+    assert "lateness of the spread tasks p50" in text
