@@ -44,18 +44,18 @@ import math
 import platform
 import pstats
 import sys
-import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from _common import Done
 from apscheduler.executors.base import BaseExecutor
 from apscheduler.executors.pool import ThreadPoolExecutor as APSThreadPool
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
-from timewheel.clock import to_datetime
+from timewheel.clock import SystemClock, to_datetime
 from timewheel.dispatch import NullDispatcher, ThreadPoolDispatcher
 from timewheel.scheduler import Scheduler
 from timewheel.task import Task, TaskState
@@ -74,7 +74,7 @@ def noop() -> None:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-class ShiftedClock:
+class ShiftedClock(SystemClock):
     """The system clock read ``offset`` seconds ahead: real waits and monotonic time, only the
     wall-clock instant is moved (so a cron midnight can fall a second from now)."""
 
@@ -87,42 +87,12 @@ class ShiftedClock:
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.time(), UTC)
 
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def wait(self, cond: threading.Condition, timeout: float | None) -> None:
-        if timeout is not None and timeout <= 0:
-            return
-        cond.wait(timeout)
-
 
 class NullAPSExecutor(BaseExecutor):  # type: ignore[misc]
     """An APScheduler executor that accepts jobs and runs nothing (to time its trigger alone)."""
 
     def _do_submit_job(self, job: Any, run_times: Any) -> None:
         pass
-
-
-class Done:
-    """Counts completions from any thread; ``wait()`` until *n* of them."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.count = 0
-        self.last = 0.0
-        self._lock = threading.Lock()
-        self._ev = threading.Event()
-
-    def hit(self, *_: Any) -> None:
-        with self._lock:
-            self.count += 1
-            if self.count >= self.n:
-                self.last = time.time()
-                self._ev.set()
-
-    def wait(self, bound: float) -> None:
-        if not self._ev.wait(bound):
-            raise RuntimeError(f"only {self.count} of {self.n} completions after {bound} s")
 
 
 def _herd_scheduler(n: int, clock: Any, dispatcher: Any) -> Scheduler:

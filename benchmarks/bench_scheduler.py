@@ -31,13 +31,13 @@ import pstats
 import random
 import sched
 import sys
-import threading
 import time
 import tracemalloc
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from _common import Done
 from apscheduler.executors.pool import ThreadPoolExecutor as APSThreadPool
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -61,26 +61,6 @@ def _aps(workers: int = 10, *, paused: bool = False) -> Any:
     )
     s.start(paused=paused)
     return s
-
-
-class Done:
-    """Counts completions from any thread; ``wait()`` until *n* of them."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.count = 0
-        self._lock = threading.Lock()
-        self._ev = threading.Event()
-
-    def hit(self, *_: Any) -> None:
-        with self._lock:
-            self.count += 1
-            if self.count >= self.n:
-                self._ev.set()
-
-    def wait(self, bound: float = 600.0) -> None:
-        if not self._ev.wait(bound):
-            raise RuntimeError(f"only {self.count} of {self.n} completions after {bound} s")
 
 
 # -- (a) schedule() rate ---------------------------------------------------------------------------

@@ -1016,7 +1016,9 @@ class Scheduler:
 
     def _reindex_unmoved(self, ids: Sequence[str], moved: Sequence[Task]) -> None:
         """Ids the wheel emitted that the store did not promote: cancelled, replaced or already
-        taken (dropped), or still PENDING and not yet due (put back, so nothing is lost)."""
+        taken (dropped), or still PENDING and not yet due (put back, so nothing is lost). The
+        last happens when a durable store keeps a due time rounded up to its microsecond above
+        the float the wheel was given."""
         done = {t.id for t in moved}
         for tid in ids:
             if tid not in done:
