@@ -200,6 +200,10 @@ def test_kwargs_are_passed_separately_from_options(clock: FakeClock, sched: tw.S
         ({"delay": math.nan}, tw.InvalidScheduleError, "nan"),
         ({"delay": math.inf}, tw.InvalidScheduleError, "inf"),
         ({"delay": "10"}, TypeError, "'10'"),
+        ({"delay": True}, TypeError, "True"),
+        ({"delay": -math.inf}, tw.InvalidScheduleError, "inf"),
+        ({"delay": 10**400}, tw.InvalidScheduleError, "delay must be finite.*too large"),
+        ({"delay": 1, "priorty": 2}, TypeError, "priorty"),
         ({"at": datetime(2026, 1, 1)}, tw.InvalidScheduleError, "naive datetime.*attach"),
         ({"delay": 1, "timeout": 0}, tw.InvalidScheduleError, "timeout"),
         ({"delay": 1, "when": "sometimes"}, tw.InvalidScheduleError, "sometimes"),
@@ -215,6 +219,28 @@ def test_bad_input_raises_at_the_call(
     with pytest.raises(error, match=match):
         sched.schedule(print, **options)
     assert sched.store.count_by_state() == {}
+
+
+def test_default_options_take_the_compact_path_with_the_same_result(
+    clock: FakeClock, sched: tw.Scheduler
+) -> None:
+    seen: list[tw.Event] = []
+    fast = sched.schedule(print, 1, 2, delay=30)  # no options: the compact fast path
+    full = sched.schedule(print, 1, 2, delay=30, priority=0)  # an option: the full path
+    assert sched.store._lite.keys() == {fast.id}  # type: ignore[attr-defined]
+    a, b = fast.task, full.task
+    assert a == b.evolve(id=a.id, created=a.created, updated=a.updated, due=a.due)
+    assert a.due == a.created + 30
+    assert a.state is tw.TaskState.PENDING
+    sched.add_listener(seen.append, "submitted")
+    late = sched.schedule(print, delay=1.5)
+    assert [(e.name, e.task.id, e.task.due) for e in seen] == [
+        ("submitted", late.id, clock.time() + 1.5)
+    ]
+    assert sched.statistics().submitted == 3
+    assert sorted(j.id for j in clock.advance(minutes=1)) == sorted([fast.id, full.id, late.id])
+    assert fast.state is tw.TaskState.SUCCEEDED
+    assert not sched.store._lite  # type: ignore[attr-defined]
 
 
 def test_non_callable_is_refused(sched: tw.Scheduler) -> None:

@@ -252,6 +252,10 @@ class TaskFunction(Generic[R]):
         return job
 
 
+_PLAIN_NUMBERS = (float, int)
+_BIG = float(1 << 53)  # a delay beyond this (or NaN) takes the full path, which names it
+
+
 def _seconds(value: object, name: str) -> float:
     if isinstance(value, timedelta):
         return value.total_seconds()
@@ -260,7 +264,13 @@ def _seconds(value: object, name: str) -> float:
             f"{name} must be a number of seconds or a timedelta (got {value!r} that is a "
             f"{type(value).__name__})"
         )
-    f = float(value)
+    try:
+        f = float(value)
+    except OverflowError:
+        assert isinstance(value, int)
+        raise InvalidScheduleError(
+            f"{name} must be finite (got an integer of {value.bit_length()} bits, too large)"
+        ) from None
     if not math.isfinite(f):
         raise InvalidScheduleError(f"{name} must be finite (got {value!r})")
     return f
@@ -343,6 +353,8 @@ class Scheduler:
         self._waiting = 0  # threads in _wait (guarded by self._done)
         self._listeners: dict[str, list[Callable[[Event], object]]] = {e: [] for e in EVENTS}
         self._counts = dict.fromkeys(EVENTS, 0)
+        # the fast path of schedule(): compact records in exactly our own memory store
+        self._add_pending = self._store.add_pending if type(self._store) is MemoryStore else None
         self._missed_fires = 0
         self._lateness: deque[float] = deque(maxlen=100_000)
         self._started_at: float | None = None
@@ -500,27 +512,7 @@ class Scheduler:
         /,
         *args: Any,
         delay: float | timedelta | None = None,
-        at: datetime | float | None = None,
-        cron: str | None = None,
-        every: float | timedelta | None = None,
-        kwargs: Mapping[str, Any] | None = None,
-        id: str | None = None,
-        priority: int = 0,
-        queue: str = "default",
-        retry: Retry | None = None,
-        timeout: float | timedelta | None = None,
-        on_conflict: OnConflict | None = None,
-        after: Iterable[Job | str] | None = None,
-        when: str = "all_success",
-        tz: str | Any | None = None,
-        start: datetime | float | None = None,
-        end: datetime | float | None = None,
-        jitter: float = 0.0,
-        misfire: Misfire | str = Misfire.RUN_ONCE,
-        misfire_grace: float | timedelta | None = None,
-        overlap: Overlap | str = Overlap.SKIP,
-        max_instances: int = 1,
-        max_runs: int = 100,
+        **options: Any,
     ) -> Job | Schedule:
         """Schedule ``func(*args, **kwargs)``: once (*delay*/*at*) or recurring (*cron*/*every*).
 
@@ -565,6 +557,66 @@ class Scheduler:
             TaskNotFoundError: an id in *after* does not exist.
             DuplicateKeyError: *id* exists and *on_conflict* is ``"error"``.
         """
+        add = self._add_pending
+        if (
+            add is not None
+            and not options
+            and delay.__class__ in _PLAIN_NUMBERS  # not bool, not a subclass, not timedelta
+            and -_BIG < delay < _BIG  # a number; False for NaN and infinities
+            and callable(func)
+            and not isinstance(func, TaskFunction)
+            and self._state != "stopped"
+        ):
+            # The fast path: a one-shot task with default options into the memory store, kept
+            # there as a compact record. Everything else (and every error) takes the full path.
+            now = self._clock.time()
+            due = now + delay
+            task_id = f"{self._id_prefix}-{next(self._ids):x}"
+            add(task_id, func, args, due, now)
+            if self._listeners["submitted"]:
+                self._count("submitted", self._store.get(task_id))
+            else:
+                self._counts["submitted"] += 1
+            loop = self._loop
+            if loop is not None and due <= now:
+                self._promote([task_id], now)  # due now: trigger it here (see _index)
+            else:
+                with self._lock:
+                    self._wheel.add(task_id, due)
+                if loop is not None:
+                    loop.wake(due)
+            return Job(self, task_id)
+        return self._schedule(func, args, delay=delay, **options)
+
+    def _schedule(
+        self,
+        func: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        *,
+        delay: float | timedelta | None = None,
+        at: datetime | float | None = None,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        id: str | None = None,
+        priority: int = 0,
+        queue: str = "default",
+        retry: Retry | None = None,
+        timeout: float | timedelta | None = None,
+        on_conflict: OnConflict | None = None,
+        after: Iterable[Job | str] | None = None,
+        when: str = "all_success",
+        tz: str | Any | None = None,
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        jitter: float = 0.0,
+        misfire: Misfire | str = Misfire.RUN_ONCE,
+        misfire_grace: float | timedelta | None = None,
+        overlap: Overlap | str = Overlap.SKIP,
+        max_instances: int = 1,
+        max_runs: int = 100,
+    ) -> Job | Schedule:
+        """The full path of :meth:`schedule` (every option, every check)."""
         if self._state == "stopped":
             raise SchedulerStateError(
                 "cannot schedule on a scheduler that was shut down; create a new Scheduler"

@@ -147,7 +147,7 @@ class Store(Protocol):
         schedule_id: str | None = None,
         limit: int | None = None,
     ) -> list[Task]:
-        """Tasks filtered by state and/or schedule, earliest due first."""
+        """Tasks filtered by state and/or schedule, earliest due first (ties by creation time, then id)."""
         ...
 
     def delete(self, task_id: str) -> bool:

@@ -6,7 +6,7 @@ import heapq
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from timewheel.errors import (
@@ -33,12 +33,37 @@ _RUN = TaskState.RUNNING
 _CANCELLABLE = (TaskState.PENDING, TaskState.READY)
 
 
+def _expand(
+    task_id: str,
+    rec: tuple[Any, ...],
+    state: TaskState = _P,
+    version: int = 0,
+    updated: float | None = None,
+) -> Task:
+    """The :class:`Task` of a compact record ``(due, created, func[, args])``."""
+    return Task(
+        id=task_id,
+        func=rec[2],
+        args=rec[3] if len(rec) > 3 else (),
+        due=rec[0],
+        state=state,
+        version=version,
+        created=rec[1],
+        updated=rec[1] if updated is None else updated,
+    )
+
+
 class MemoryStore:
     """Tasks in a dict behind one lock; every change is a compare-and-swap on ``version``.
 
     Accepts any callable and any arguments (nothing is serialized). Runtime complexity: insert,
     get, transition, claim, heartbeat and finish are O(1) (plus the dependents they settle);
     ``due_before``, ``ready``, ``expired_leases`` and ``list`` scan the matching state's tasks.
+
+    Compact pending tasks: :meth:`add_pending` (the path ``Scheduler.schedule`` takes for a
+    one-shot task with default options) keeps a fresh PENDING task as a small tuple, about a
+    third of a :class:`Task` snapshot. Reads see an ordinary Task built on the fly; the first
+    change (promotion to READY, cancellation, replacement) stores the full record.
     """
 
     durable = False
@@ -46,6 +71,8 @@ class MemoryStore:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._tasks: dict[str, Task] = {}
+        # fresh PENDING tasks with default options: id -> (due, created, func[, args])
+        self._lite: dict[str, tuple[Any, ...]] = {}
         self._by_state: dict[TaskState, dict[str, None]] = {s: {} for s in TaskState}
         self._dependents: dict[str, list[str]] = {}
         self._schedules: dict[str, ScheduleRecord] = {}
@@ -70,8 +97,27 @@ class MemoryStore:
             else:
                 self._active_by_schedule.setdefault(sid, {})[new.id] = None
 
-    def _require(self, task_id: str) -> Task:
+    def _take(self, task_id: str) -> Task | None:
+        """The stored task, a compact one stored in full first (for a change to follow)."""
         t = self._tasks.get(task_id)
+        if t is None:
+            rec = self._lite.pop(task_id, None)
+            if rec is not None:
+                t = _expand(task_id, rec)
+                self._put(None, t)
+        return t
+
+    def _peek(self, task_id: str) -> Task | None:
+        """The stored task, a compact one expanded into a snapshot but left compact."""
+        t = self._tasks.get(task_id)
+        if t is None:
+            rec = self._lite.get(task_id)
+            if rec is not None:
+                return _expand(task_id, rec)
+        return t
+
+    def _require(self, task_id: str) -> Task:
+        t = self._take(task_id)
         if t is None:
             raise TaskNotFoundError(f"no task with id {task_id!r}")
         return t
@@ -109,7 +155,7 @@ class MemoryStore:
                 f"on_conflict must be 'error', 'keep' or 'replace' (got {on_conflict!r})"
             )
         with self._lock:
-            old = self._tasks.get(task.id)
+            old = self._peek(task.id)
             if (
                 old is None
                 and not task.after
@@ -132,12 +178,14 @@ class MemoryStore:
                         f"task {task.id!r} is running and cannot be replaced; wait for it or "
                         "schedule under another id"
                     )
+            if old is not None:
+                old = self._take(task.id)  # a compact record is stored in full before it changes
             unmet = 0
             terminal: TaskState | None = None
             error: str | None = None
             ups: list[Task] = []
             for up_id in dict.fromkeys(task.after):
-                up = self._tasks.get(up_id)
+                up = self._take(up_id)
                 if up is None:
                     raise TaskNotFoundError(
                         f"task {task.id!r} depends on {up_id!r}, which does not exist; schedule "
@@ -177,7 +225,7 @@ class MemoryStore:
         with self._lock:
             seen: set[str] = set()
             for t in tasks:
-                if t.id in self._tasks or t.id in seen:
+                if t.id in self._tasks or t.id in self._lite or t.id in seen:
                     raise DuplicateKeyError(
                         f"a task with id {t.id!r} already exists; none inserted"
                     )
@@ -189,12 +237,36 @@ class MemoryStore:
             for t in tasks:
                 self._put(None, t.evolve(state=_P, version=0, updated=t.created))
 
+    def add_pending(
+        self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float
+    ) -> None:
+        """Insert a fresh PENDING task with every other option at its default, kept compact.
+
+        The same as ``insert(Task(id=task_id, func=func, args=args, due=due, created=now,
+        updated=now))``, in about a third of the memory and time. Used by
+        ``Scheduler.schedule`` for one-shot tasks with default options.
+
+        Raises:
+            DuplicateKeyError: a task with this id exists.
+        """
+        with self._lock:
+            if task_id in self._tasks or task_id in self._lite:
+                raise DuplicateKeyError(f"a task with id {task_id!r} already exists")
+            self._lite[task_id] = (due, now, func, args) if args else (due, now, func)
+
     def get(self, task_id: str) -> Task:
         with self._lock:
-            return self._require(task_id)
+            t = self._peek(task_id)
+        if t is None:
+            raise TaskNotFoundError(f"no task with id {task_id!r}")
+        return t
 
     def find(self, task_id: str) -> Task | None:
-        return self._tasks.get(task_id)
+        t = self._tasks.get(task_id)  # unlocked: one atomic read in the common case
+        if t is None and self._lite:
+            with self._lock:  # it may be moving from the compact records right now
+                return self._peek(task_id)
+        return t
 
     def transition(
         self, task_id: str, *, expected_version: int, state: TaskState, now: float, **changes: Any
@@ -218,9 +290,19 @@ class MemoryStore:
         moved: list[Task] = []
         with self._lock:
             tasks = self._tasks
+            lite = self._lite
             for tid in task_ids:
                 t = tasks.get(tid)
-                if t is None or t.state is not _P or t.due > now or t.unmet > 0:
+                if t is None:
+                    rec = lite.get(tid)
+                    if rec is None or rec[0] > now:
+                        continue
+                    del lite[tid]  # straight from the compact record to READY
+                    new = _expand(tid, rec, state=_R, version=1, updated=now)
+                    self._put(None, new)
+                    moved.append(new)
+                    continue
+                if t.state is not _P or t.due > now or t.unmet > 0:
                     continue
                 new = t.evolve(state=_R, version=t.version + 1, updated=now)
                 self._put(t, new)
@@ -309,6 +391,7 @@ class MemoryStore:
                 for t in (tasks[i] for i in self._by_state[_P])
                 if t.due < until and t.unmet == 0
             ]
+            hits += [(rec[0], i) for i, rec in self._lite.items() if rec[0] < until]
         hits.sort()
         return [(i, d) for d, i in hits[:limit]]
 
@@ -332,7 +415,10 @@ class MemoryStore:
 
     def count_by_state(self) -> dict[TaskState, int]:
         with self._lock:
-            return {s: len(ids) for s, ids in self._by_state.items() if ids}
+            counts = {s: len(ids) for s, ids in self._by_state.items() if ids}
+            if self._lite:
+                counts[_P] = counts.get(_P, 0) + len(self._lite)
+            return counts
 
     def tasks(
         self,
@@ -355,15 +441,17 @@ class MemoryStore:
                 pool = list(self._tasks.values())
             else:
                 pool = [self._tasks[i] for s in states for i in self._by_state[s]]
+            if schedule_id is None and (states is None or _P in states):
+                pool += [_expand(i, rec) for i, rec in self._lite.items()]
         out = [t for t in pool if schedule_id is None or t.schedule_id == schedule_id]
-        out.sort(key=lambda t: (t.due, t.created))
+        out.sort(key=lambda t: (t.due, t.created, t.id))
         return out if limit is None else out[:limit]
 
     def delete(self, task_id: str) -> bool:
         with self._lock:
             t = self._tasks.pop(task_id, None)
             if t is None:
-                return False
+                return self._lite.pop(task_id, None) is not None
             del self._by_state[t.state][task_id]
             if t.schedule_id is not None:
                 active = self._active_by_schedule.get(t.schedule_id)
@@ -377,6 +465,8 @@ class MemoryStore:
         with self._lock:
             sts = TERMINAL_STATES if states is None else frozenset(states)
             victims = [i for s in sts for i in self._by_state[s] if self._tasks[i].updated < before]
+            if _P in sts:
+                victims += [i for i, rec in self._lite.items() if rec[1] < before]
             for i in victims:
                 self.delete(i)
             return len(victims)
@@ -398,8 +488,9 @@ class MemoryStore:
         n = math.ceil(horizon / bucket)
         counts = [0] * n
         with self._lock:
-            for i in self._by_state[_P]:
-                d = self._tasks[i].due
+            pending = [self._tasks[i].due for i in self._by_state[_P]]
+            pending += [rec[0] for rec in self._lite.values()]
+            for d in pending:
                 if now <= d < now + horizon:
                     b = int((d - now) // bucket)
                     if b < n:
@@ -435,7 +526,7 @@ class MemoryStore:
                 record = record.evolve(version=old.version + 1)
             self._schedules[record.id] = record
             if first is not None:
-                existing = self._tasks.get(first.id)
+                existing = self._take(first.id)
                 if existing is None or existing.state in TERMINAL_STATES:
                     # a reused id moves past the old version, so a stale CAS cannot hit the new task
                     version = 0 if existing is None else existing.version + 1
@@ -491,10 +582,10 @@ class MemoryStore:
         self._closed = True
 
     def __len__(self) -> int:
-        return len(self._tasks)
+        return len(self._tasks) + len(self._lite)
 
     def __repr__(self) -> str:
-        return f"MemoryStore(tasks={len(self._tasks)}, schedules={len(self._schedules)})"
+        return f"MemoryStore(tasks={len(self)}, schedules={len(self._schedules)})"
 
     @property
     def state_counts(self) -> Counter[TaskState]:

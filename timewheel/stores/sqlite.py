@@ -1261,7 +1261,9 @@ class SQLiteStore:
         if schedule_id is not None:
             where.append("schedule_id = ?")
             params.append(schedule_id)
-        sql = _SEL + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY due, created"
+        sql = (
+            _SEL + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY due, created, id"
+        )
         if limit is not None:
             sql += " LIMIT ?"
             params.append(max(limit, 0))

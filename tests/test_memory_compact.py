@@ -1,0 +1,168 @@
+"""MemoryStore's compact pending records (``add_pending``) behave exactly like full tasks.
+
+A differential test: two stores receive the same operations, one holding the fresh tasks as
+full :class:`Task` snapshots (``insert``), the other as compact records (``add_pending``);
+every answer must be the same.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from timewheel.errors import DuplicateKeyError, TaskNotFoundError, TimewheelError
+from timewheel.stores.memory import MemoryStore
+from timewheel.task import Task, TaskState
+
+S = TaskState
+IDS = [f"t{i}" for i in range(6)]
+
+
+def work(*args: Any) -> None:
+    pass
+
+
+def other(*args: Any) -> None:
+    pass
+
+
+def _outcome(fn: Callable[[], Any]) -> Any:
+    """The value, or the exception type (the two stores must agree on both)."""
+    try:
+        return ("ok", fn())
+    except TimewheelError as e:
+        return ("error", type(e))
+
+
+def _norm(x: Any) -> Any:
+    """Changed/Task results compared as plain values."""
+    if hasattr(x, "task") and hasattr(x, "dependents"):
+        return (x.task, tuple(x.dependents))
+    if isinstance(x, list):
+        return [_norm(v) for v in x]
+    return x
+
+
+class CompactVersusFull(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.full = MemoryStore()
+        self.compact = MemoryStore()
+        self.now = 1000.0
+
+    def both(self, fn: Callable[[MemoryStore], Any]) -> Any:
+        a = _outcome(lambda: _norm(fn(self.full)))
+        b = _outcome(lambda: _norm(fn(self.compact)))
+        assert a == b
+        return a
+
+    @rule(tid=st.sampled_from(IDS), delay=st.floats(-5, 50), args=st.sampled_from([(), (1, "x")]))
+    def add(self, tid: str, delay: float, args: tuple[Any, ...]) -> None:
+        due, now = self.now + delay, self.now
+        a = _outcome(
+            lambda: (
+                self.full.insert(
+                    Task(id=tid, func=work, args=args, due=due, created=now, updated=now)
+                ).task
+            )
+        )
+        b = _outcome(lambda: self.compact.add_pending(tid, work, args, due, now))
+        if a[0] == "ok":
+            assert b == ("ok", None)
+        else:
+            assert b == ("error", DuplicateKeyError)
+
+    @rule(tid=st.sampled_from(IDS), how=st.sampled_from(["keep", "replace", "error"]))
+    def insert_again(self, tid: str, how: Any) -> None:
+        t = Task(id=tid, func=other, due=self.now + 3, created=self.now, updated=self.now)
+        self.both(lambda s: s.insert(t, on_conflict=how))
+
+    @rule(tid=st.sampled_from(IDS), up=st.sampled_from(IDS))
+    def insert_dependent(self, tid: str, up: str) -> None:
+        t = Task(id=tid + "d", func=other, due=self.now, after=(up,), created=self.now)
+        self.both(lambda s: s.insert(t, on_conflict="replace"))
+
+    @rule(step=st.floats(0, 20))
+    def tick(self, step: float) -> None:
+        self.now += step
+
+    @rule(ids=st.lists(st.sampled_from(IDS), max_size=4))
+    def promote(self, ids: list[str]) -> None:
+        self.both(lambda s: s.promote(ids, self.now))
+
+    @rule(tid=st.sampled_from(IDS), state=st.sampled_from([S.CANCELLED, S.READY]))
+    def transition(self, tid: str, state: TaskState) -> None:
+        t = self.full.find(tid)
+        version = t.version if t is not None else 0
+        self.both(lambda s: s.transition(tid, expected_version=version, state=state, now=self.now))
+
+    @rule(tid=st.sampled_from(IDS))
+    def claim_and_finish(self, tid: str) -> None:
+        t = self.full.find(tid)
+        version = t.version if t is not None else 0
+        self.both(
+            lambda s: s.claim(
+                tid, expected_version=version, owner="w", lease_expires=self.now + 9, now=self.now
+            )
+        )
+        self.both(lambda s: s.finish(tid, owner="w", state=S.SUCCEEDED, now=self.now))
+
+    @rule(tid=st.sampled_from(IDS))
+    def delete(self, tid: str) -> None:
+        self.both(lambda s: s.delete(tid))
+
+    @rule(pending=st.booleans(), before=st.floats(990, 1100))
+    def prune(self, pending: bool, before: float) -> None:
+        states = [S.PENDING, S.CANCELLED] if pending else None
+        self.both(lambda s: s.prune(before=before, states=states))
+
+    @invariant()
+    def same_answers(self) -> None:
+        for tid in IDS:
+            self.both(functools.partial(MemoryStore.get, task_id=tid))
+            self.both(functools.partial(MemoryStore.find, task_id=tid))
+        self.both(lambda s: s.count_by_state())
+        self.both(lambda s: len(s))
+        self.both(lambda s: s.tasks())
+        self.both(lambda s: s.tasks(state=S.PENDING))
+        self.both(lambda s: s.tasks(state=[S.READY, S.CANCELLED]))
+        self.both(lambda s: s.due_before(self.now + 10, limit=3))
+        self.both(lambda s: s.due_histogram(self.now, horizon=60, bucket=10))
+        self.both(lambda s: s.ready(limit=10))
+
+
+TestCompactVersusFull = CompactVersusFull.TestCase
+TestCompactVersusFull.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+def test_compact_record_reads_as_a_full_task() -> None:
+    s = MemoryStore()
+    s.add_pending("a", work, (1, 2), 110.0, 100.0)
+    s.add_pending("b", work, (), 105.0, 100.0)
+    assert s.get("a") == Task(
+        id="a", func=work, args=(1, 2), due=110.0, created=100.0, updated=100.0
+    )
+    assert s.find("b") == Task(id="b", func=work, due=105.0, created=100.0, updated=100.0)
+    assert s.count_by_state() == {S.PENDING: 2}
+    assert len(s) == 2
+    assert [t.id for t in s.tasks()] == ["b", "a"]
+    with pytest.raises(DuplicateKeyError, match="'a'"):
+        s.add_pending("a", work, (), 1.0, 1.0)
+    # reads do not expand the record: it stays compact until it changes
+    assert s._lite.keys() == {"a", "b"}
+    assert not s._tasks
+    moved = s.promote(["a", "b"], 106.0)
+    assert [(t.id, t.state, t.version, t.updated) for t in moved] == [("b", S.READY, 1, 106.0)]
+    assert s._lite.keys() == {"a"}
+    assert s.transition("a", expected_version=0, state=S.CANCELLED, now=107.0).task.version == 1
+    assert not s._lite
+    assert s.delete("b")
+    assert not s.delete("b")
+    with pytest.raises(TaskNotFoundError):
+        s.get("b")
