@@ -203,7 +203,7 @@ def test_kwargs_are_passed_separately_from_options(clock: FakeClock, sched: tw.S
         ({"delay": True}, TypeError, "True"),
         ({"delay": -math.inf}, tw.InvalidScheduleError, "inf"),
         ({"delay": 10**400}, tw.InvalidScheduleError, "delay must be finite.*too large"),
-        ({"delay": 1, "priorty": 2}, TypeError, "priorty"),
+        ({"delay": 1, "priorty": 2}, TypeError, "'priorty' .did you mean 'priority'"),
         ({"at": datetime(2026, 1, 1)}, tw.InvalidScheduleError, "naive datetime.*attach"),
         ({"delay": 1, "timeout": 0}, tw.InvalidScheduleError, "timeout"),
         ({"delay": 1, "when": "sometimes"}, tw.InvalidScheduleError, "sometimes"),

@@ -586,6 +586,9 @@ class Scheduler:
                 if loop is not None:
                     loop.wake(due)
             return Job(self, task_id)
+        unknown = options.keys() - _SCHEDULE_OPTIONS
+        if unknown:
+            raise TypeError(_unknown_options(unknown))
         return self._schedule(func, args, delay=delay, **options)
 
     def _schedule(
@@ -1393,6 +1396,27 @@ def default_scheduler() -> Scheduler:
             _default = Scheduler().start()
             atexit.register(_default.shutdown)
         return _default
+
+
+def _unknown_options(names: Iterable[str]) -> str:
+    import difflib
+
+    parts = []
+    for name in sorted(names):
+        close = difflib.get_close_matches(name, _SCHEDULE_OPTIONS | {"delay"}, n=1)
+        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return f"schedule() got unexpected keyword argument(s) {', '.join(parts)}"
+
+
+_code = Scheduler._schedule.__code__
+#: The keyword options ``Scheduler.schedule`` accepts besides ``delay`` (checked on the full path).
+_SCHEDULE_OPTIONS = frozenset(_code.co_varnames[: _code.co_argcount + _code.co_kwonlyargcount]) - {
+    "self",
+    "func",
+    "args",
+    "delay",
+}
+del _code
 
 
 def schedule(func: Callable[..., Any] | str, /, *args: Any, **options: Any) -> Any:
