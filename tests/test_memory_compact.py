@@ -166,3 +166,28 @@ def test_compact_record_reads_as_a_full_task() -> None:
     assert not s.delete("b")
     with pytest.raises(TaskNotFoundError):
         s.get("b")
+
+
+def test_add_ready_stores_a_due_task_as_promoted() -> None:
+    s = MemoryStore()
+    t = s.add_ready("r", work, (3,), 99.0, 100.0)
+    assert t == Task(
+        id="r",
+        func=work,
+        args=(3,),
+        due=99.0,
+        state=S.READY,
+        version=1,
+        created=100.0,
+        updated=100.0,
+    )
+    assert s.get("r") == t
+    assert s.ready(limit=5) == [t]
+    with pytest.raises(DuplicateKeyError, match="'r'"):
+        s.add_ready("r", work, (), 1.0, 1.0)
+    s.add_pending("p", work, (), 200.0, 100.0)
+    with pytest.raises(DuplicateKeyError, match="'p'"):
+        s.add_ready("p", work, (), 1.0, 1.0)
+    with pytest.raises(ValueError, match="at or before now"):
+        s.add_ready("late", work, (), 101.0, 100.0)
+    assert s.count_by_state() == {S.READY: 1, S.PENDING: 1}

@@ -354,7 +354,7 @@ class Scheduler:
         self._listeners: dict[str, list[Callable[[Event], object]]] = {e: [] for e in EVENTS}
         self._counts = dict.fromkeys(EVENTS, 0)
         # the fast path of schedule(): compact records in exactly our own memory store
-        self._add_pending = self._store.add_pending if type(self._store) is MemoryStore else None
+        self._compact = self._store if type(self._store) is MemoryStore else None
         self._missed_fires = 0
         self._lateness: deque[float] = deque(maxlen=100_000)
         self._started_at: float | None = None
@@ -557,9 +557,9 @@ class Scheduler:
             TaskNotFoundError: an id in *after* does not exist.
             DuplicateKeyError: *id* exists and *on_conflict* is ``"error"``.
         """
-        add = self._add_pending
+        mem = self._compact
         if (
-            add is not None
+            mem is not None
             and not options
             and delay.__class__ in _PLAIN_NUMBERS  # not bool, not a subclass, not timedelta
             and -_BIG < delay < _BIG  # a number; False for NaN and infinities
@@ -572,12 +572,18 @@ class Scheduler:
             now = self._clock.time()
             due = now + delay
             task_id = f"{self._id_prefix}-{next(self._ids):x}"
-            add(task_id, func, args, due, now)
-            if self._listeners["submitted"]:
+            loop = self._loop
+            watched = self._listeners["submitted"]
+            if loop is not None and due <= now and not watched:
+                # due now: straight to READY and onto the ready queue, in one store step
+                self._enqueue((mem.add_ready(task_id, func, args, due, now),))
+                self._counts["submitted"] += 1
+                return Job(self, task_id)
+            mem.add_pending(task_id, func, args, due, now)
+            if watched:
                 self._count("submitted", self._store.get(task_id))
             else:
                 self._counts["submitted"] += 1
-            loop = self._loop
             if loop is not None and due <= now:
                 self._promote([task_id], now)  # due now: trigger it here (see _index)
             else:

@@ -254,6 +254,27 @@ class MemoryStore:
                 raise DuplicateKeyError(f"a task with id {task_id!r} already exists")
             self._lite[task_id] = (due, now, func, args) if args else (due, now, func)
 
+    def add_ready(
+        self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float
+    ) -> Task:
+        """Insert a fresh task that is already due (``due <= now``) straight into READY.
+
+        The same as :meth:`add_pending` followed by ``promote([task_id], now)``, in one step:
+        the stored task is at version 1, as a promoted one would be. Returns it.
+
+        Raises:
+            DuplicateKeyError: a task with this id exists.
+            ValueError: *due* is later than *now*.
+        """
+        if due > now:
+            raise ValueError(f"add_ready needs a due time at or before now ({due!r} > {now!r})")
+        task = _expand(task_id, (due, now, func, args), state=_R, version=1, updated=now)
+        with self._lock:
+            if task_id in self._tasks or task_id in self._lite:
+                raise DuplicateKeyError(f"a task with id {task_id!r} already exists")
+            self._put(None, task)
+        return task
+
     def get(self, task_id: str) -> Task:
         with self._lock:
             t = self._peek(task_id)
