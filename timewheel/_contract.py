@@ -12,6 +12,7 @@ strings, ``None``), and times that are whole microseconds (durable stores may ro
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -513,6 +514,53 @@ def check_claim_next_threads(store: Store) -> None:
     for k in range(4):
         for i in got[k]:
             assert store.get(i).lease_owner == f"w{k}", f"{i} is leased to its claimer"
+
+
+def check_claim_and_finish_race_threads(store: Store) -> None:
+    """Threads racing ``claim`` on the same READY versions: each task is won exactly once, and
+    its winner's ``finish`` lands even with that owner's heartbeats racing it."""
+    n = 60
+    ids = [f"r{i:03d}" for i in range(n)]
+    store.insert_many([_task(i) for i in ids])
+    versions = {t.id: t.version for t in _ready(store, *ids)}
+    won: list[list[str]] = [[] for _ in range(4)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def work(k: int) -> None:
+        try:
+            start.wait()
+            for i in ids:
+                owner = f"w{k}"
+                c = store.claim(
+                    i, expected_version=versions[i], owner=owner, lease_expires=T0 + 60, now=T0
+                )
+                if c is None:
+                    continue
+                won[k].append(i)
+                store.heartbeat(i, owner=owner, lease_expires=T0 + 90, now=T0)
+                done = store.finish(i, owner=owner, state=S.SUCCEEDED, now=T0, result=k)
+                assert done is not None, f"{owner} lost the finish of {i} it had claimed"
+        except BaseException as e:  # reported below, in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: interleave the races
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, f"claim/finish raised in a thread: {errors[0]!r}"
+    flat = sorted(i for w in won for i in w)
+    assert flat == ids, f"every task is claimed exactly once (claims: {len(flat)} for {n})"
+    for k in range(4):
+        for i in won[k]:
+            t = store.get(i)
+            assert (t.state, t.result) == (S.SUCCEEDED, k), f"{i} ended as its winner left it"
 
 
 # -- heartbeat / finish ---------------------------------------------------------------------------
@@ -1068,6 +1116,7 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     check_claim_next_queues,
     check_claim_next_skips_non_ready,
     check_claim_next_threads,
+    check_claim_and_finish_race_threads,
     check_heartbeat,
     check_finish_owner_only,
     check_finish_failed,

@@ -50,6 +50,7 @@ class ReadyQueue:
         scheduler refills from READY rows in the store in one batch, not one row per pull."""
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
+        self._waiting = 0  # pullers blocked in _not_empty.wait (guarded by _lock)
         # queue name -> (sorted priorities ascending, priority -> lane)
         self._lanes: dict[str, tuple[list[int], dict[int, deque[Task]]]] = {}
         self._ids: dict[str, Task] = {}  # id -> the queued snapshot (stale lane entries skip)
@@ -102,7 +103,8 @@ class ReadyQueue:
             self._put_total += 1
             if self._depth > self._high_water:
                 self._high_water = self._depth
-            self._not_empty.notify()
+            if self._waiting:  # a notify with nobody waiting costs as much as a put
+                self._not_empty.notify()
             return True
 
     def _pop_locked(self, queues: Sequence[str] | None) -> Task | None:
@@ -153,10 +155,14 @@ class ReadyQueue:
         with self._lock:
             task = self._pop_locked(queues)
             if task is None and not self._closed:
-                if wait is None:
-                    self._not_empty.wait(timeout)
-                else:
-                    wait(self._not_empty, timeout)
+                self._waiting += 1
+                try:
+                    if wait is None:
+                        self._not_empty.wait(timeout)
+                    else:
+                        wait(self._not_empty, timeout)
+                finally:
+                    self._waiting -= 1
                 task = self._pop_locked(queues)
         if task is not None and self._depth == self.low_water and self.on_low is not None:
             self.on_low()  # outside the lock: the owner refills from the store

@@ -336,20 +336,25 @@ class MemoryStore:
     def claim(
         self, task_id: str, *, expected_version: int, owner: str, lease_expires: float, now: float
     ) -> Task | None:
+        # Optimistic: build the new snapshot outside the lock, then swap it in only if the
+        # stored one is still the snapshot it was built from (any change moves the version).
+        # The lock is held for the swap alone, so worker threads rarely queue on it.
+        t = self._tasks.get(task_id)
+        if t is None or t.version != expected_version or t.state is not _R:
+            return None
+        new = t.evolve(
+            state=_RUN,
+            version=t.version + 1,
+            attempts=t.attempts + 1,
+            lease_owner=owner,
+            lease_expires=lease_expires,
+            updated=now,
+        )
         with self._lock:
-            t = self._tasks.get(task_id)
-            if t is None or t.version != expected_version or t.state is not _R:
-                return None
-            new = t.evolve(
-                state=_RUN,
-                version=t.version + 1,
-                attempts=t.attempts + 1,
-                lease_owner=owner,
-                lease_expires=lease_expires,
-                updated=now,
-            )
+            if self._tasks.get(task_id) is not t:
+                return None  # changed meanwhile: its version is no longer the expected one
             self._put(t, new)
-            return new
+        return new
 
     def claim_next(
         self,
@@ -387,7 +392,7 @@ class MemoryStore:
     def finish(
         self, task_id: str, *, owner: str, state: TaskState, now: float, **changes: Any
     ) -> Changed | None:
-        with self._lock:
+        while True:  # optimistic, as in claim(); a heartbeat in between means one more pass
             t = self._tasks.get(task_id)
             if t is None or t.state is not _RUN or t.lease_owner != owner:
                 return None
@@ -400,8 +405,11 @@ class MemoryStore:
                 updated=now,
                 **changes,
             )
-            self._put(t, new)
-            deps = self._settle(new, now) if state in TERMINAL_STATES else ()
+            with self._lock:
+                if self._tasks.get(task_id) is not t:
+                    continue
+                self._put(t, new)
+                deps = self._settle(new, now) if state in TERMINAL_STATES else ()
             return Changed(new, deps)
 
     def due_before(self, until: float, *, limit: int) -> list[tuple[str, float]]:
