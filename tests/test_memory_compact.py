@@ -78,6 +78,19 @@ class CompactVersusFull(RuleBasedStateMachine):
         else:
             assert b == ("error", DuplicateKeyError)
 
+    @rule(tid=st.sampled_from(IDS), late=st.floats(0, 5), args=st.sampled_from([(), (2,)]))
+    def add_due(self, tid: str, late: float, args: tuple[Any, ...]) -> None:
+        due, now = self.now - late, self.now
+
+        def full() -> Task:
+            self.full.insert(Task(id=tid, func=work, args=args, due=due, created=now, updated=now))
+            (moved,) = self.full.promote([tid], now)
+            return moved
+
+        a = _outcome(full)
+        b = _outcome(lambda: self.compact.add_ready(tid, work, args, due, now))
+        assert a == b
+
     @rule(tid=st.sampled_from(IDS), how=st.sampled_from(["keep", "replace", "error"]))
     def insert_again(self, tid: str, how: Any) -> None:
         t = Task(id=tid, func=other, due=self.now + 3, created=self.now, updated=self.now)
