@@ -286,6 +286,29 @@ def test_cancel_is_immediate_and_frees_slots() -> None:
     assert w.advance(DAY) == []
 
 
+@pytest.mark.parametrize("ask_deadline", [False, True])
+def test_cancels_that_shrink_a_draining_slot_do_not_stall_advance(ask_deadline: bool) -> None:
+    # Regression: a cascade checkpoint planned for 3,000 entries, reached after half of them
+    # were cancelled (no segment emptied), owed less than a chunk; advance() skipped it without
+    # planning it again and looped forever at that tick.
+    w: TimingWheel[int] = TimingWheel(start=0.0)
+    keys = list(range(3000))
+    for k in keys:
+        w.add(k, 7200.0 + k * 0.5)  # one hour slot, drained in chunks during the hour before
+    w.advance(3600.5)
+    for k in keys[::2] + keys[1::4]:
+        assert w.cancel(k)
+    if ask_deadline:
+        nd = w.next_deadline()
+        assert nd is not None
+        assert nd < 7200.0
+    assert w.advance(7199.0) == []
+    w._check()
+    assert w.advance(9000.0) == keys[3::4]
+    w._check()
+    assert len(w) == 0
+
+
 def test_cancel_in_overflow_and_contains() -> None:
     w: TimingWheel[str] = TimingWheel()
     w.add("far", 100 * DAY)

@@ -114,6 +114,23 @@ class WheelVersusHeap(RuleBasedStateMachine):
         other = data.draw(st.sampled_from(sorted(self.live)))
         self.add_at(key, self.live[other][0])
 
+    @rule(
+        first=st.integers(min_value=100, max_value=160),
+        count=st.integers(min_value=2, max_value=40),
+        offset=st.sampled_from([90.0, 2 * 60.0, 1.5 * HOUR, 1.2 * DAY]),
+        spread=st.floats(min_value=0.0, max_value=50.0),
+    )
+    def add_many(self, first: int, count: int, offset: float, spread: float) -> None:
+        """Fill one future slot with many keys, so it drains in several chunks."""
+        for j in range(count):
+            self.add_at(first + j, self.now + offset + spread * j / count)
+
+    @rule(first=st.integers(min_value=100, max_value=160), every=st.integers(1, 4))
+    def cancel_many(self, first: int, every: int) -> None:
+        """Cancel every n-th key of a bulk-added run: slots shrink without emptying segments."""
+        for key in range(first, 201, every + 1):
+            assert self.wheel.cancel(key) == (self.live.pop(key, None) is not None)
+
     @rule(key=KEYS)
     def cancel(self, key: int) -> None:
         assert self.wheel.cancel(key) == (self.live.pop(key, None) is not None)

@@ -509,21 +509,25 @@ class TimingWheel(Generic[K]):
             if lev[level] > x:
                 continue
             s, i, segs = self._source(level)
-            if not segs:
-                continue
-            start, end = self._window(level, s)
-            if start > x:
-                continue  # not draining yet
-            start = max(start, self._last[level])
-            if x >= end - 1 or end - 1 <= start:
-                m = _FAR
+            m = 0
+            if segs:
+                start, end = self._window(level, s)
+                if start <= x:  # draining
+                    start = max(start, self._last[level])
+                    if x >= end - 1 or end - 1 <= start:
+                        m = _FAR
+                    else:
+                        n = _size(segs)
+                        m = -(-n * (x - start) // (end - 1 - start))
+                        if m < self._chunk and m < n:
+                            m = 0  # planned when the slot was bigger (cancels shrank it)
+            if m:
+                self._move(level, i, segs, m)
+                self._last[level] = x
             else:
-                n = _size(segs)
-                m = -(-n * (x - start) // (end - 1 - start))
-                if m < self._chunk and m < n:
-                    continue
-            self._move(level, i, segs, m)
-            self._last[level] = x
+                # Nothing owed at this checkpoint after all: plan the level again (its next
+                # checkpoint is after the current tick, so advance() always makes progress).
+                self._stale |= 1 << level
         self._events()
 
     def _move(self, level: int, i: int, segs: list[dict[K, float]], m: int) -> None:
@@ -686,7 +690,9 @@ class TimingWheel(Generic[K]):
         overflow (or a chunk of a spread cascade), it is the start of the tick at which that
         work must run, which is never later than any due time in that slot. It may be at or
         before ``now`` when past-due entries are pending. A loop that sleeps until this time and
-        then calls ``advance`` is never more than a tick late and never wakes for an empty slot.
+        then calls ``advance`` is never more than a tick late and never wakes for an empty slot
+        (after cancels have shrunk a draining slot, a cascade checkpoint may come early: that
+        wake-up moves nothing and plans the next one).
 
         Runtime complexity: O(L) with occupancy bitmaps, plus O(k) for the k entries of the
         tick slot it reports.
@@ -698,7 +704,6 @@ class TimingWheel(Generic[K]):
         n = self._n0
         while heap and not ring[heap[0] % n]:
             heappop(heap)
-        self._stale = 0b111110  # cancels may have shrunk slots: recompute every level
         ev = self._events()
         best = _INF if ev >= _FAR else self._tick_start(ev)
         if heap and heap[0] <= ev:
