@@ -309,6 +309,30 @@ def test_cancels_that_shrink_a_draining_slot_do_not_stall_advance(ask_deadline: 
     assert len(w) == 0
 
 
+@pytest.mark.parametrize(("chunk", "segment"), [(1, 1), (2, 3), (5, 2), (512, 682)])
+@pytest.mark.parametrize("drained", [0.0, 0.5, 0.99])
+def test_due_order_holds_when_a_cascade_lands_on_the_tick_it_fires(
+    chunk: int, segment: int, drained: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression: keys due at the very start of a minute (and of its first second) sat in a
+    # minute slot that completed its cascade at the last tick of the minute before, leaving one
+    # more move (seconds -> ticks) for the tick they fire at. A single big advance fired that
+    # tick before making the move, so a late-added key tied with an earlier one came out after
+    # keys due later than both.
+    monkeypatch.setattr(wheel_module, "SEGMENT", segment)
+    w: TimingWheel[str] = TimingWheel(start=0.0)
+    w._chunk = chunk
+    dues = {f"a{j:02d}": 180.0 + j * 1e-6 for j in range(24)}
+    for k, d in dues.items():
+        w.add(k, d)
+    w.advance(120.0 + 60.0 * drained)  # the minute slot of 180 s is draining
+    w.add("tie", dues["a12"])  # appended to the draining slot: after a12 (FIFO), before a13
+    dues["tie"] = dues["a12"]
+    order = list(dues)
+    assert w.advance(200.0) == sorted(dues, key=lambda k: (dues[k], order.index(k)))
+    w._check()
+
+
 def test_cancel_in_overflow_and_contains() -> None:
     w: TimingWheel[str] = TimingWheel()
     w.add("far", 100 * DAY)

@@ -609,7 +609,11 @@ class TimingWheel(Generic[K]):
             return out
         ev = self._events() if self._stale else self._ev
         while True:
-            hi = t_new if t_new < ev else ev
+            # Fire the ticks before the next cascade checkpoint first: the cascade at tick ev
+            # may still bring entries into tick ev itself (a slot completed at the last tick of
+            # its window leaves the level below one more move), and they must not fire after
+            # entries of that tick that happened to arrive earlier.
+            hi = t_new if t_new < ev else ev - 1
             if heap and heap[0] <= hi:
                 self._fire0(hi, now, out)
             if ev > t_new:
