@@ -6,6 +6,7 @@ generous; tests that must let real time pass are marked ``realclock``.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections import Counter
@@ -46,6 +47,57 @@ def gate() -> Iterator[threading.Event]:
 
 
 # -- volume ---------------------------------------------------------------------------------
+
+
+@pytest.mark.realclock
+def test_cancels_racing_promotion_and_workers_never_lose_or_double_run() -> None:
+    """Two threads schedule (compact records, some due at once) while a third cancels at
+    random: every task ends either SUCCEEDED, having run once, or CANCELLED, never having run."""
+    n = 6_000
+    runs: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        with lock:
+            runs[i] += 1
+
+    jobs: dict[int, Job] = {}
+    cancelled: set[int] = set()
+    with Scheduler() as sched:
+
+        def producer(part: int) -> None:
+            for i in range(part, n, 2):
+                jobs[i] = sched.schedule(work, i, delay=(i % 7) / 1000 if i % 3 else 0)
+
+        def canceller() -> None:
+            rng = random.Random(7)
+            for _ in range(n):
+                i = rng.randrange(n)
+                job = jobs.get(i)
+                if job is not None and job.cancel():
+                    with lock:
+                        cancelled.add(i)
+
+        threads = [threading.Thread(target=producer, args=(p,)) for p in (0, 1)]
+        threads.append(threading.Thread(target=canceller))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(BOUND)
+        _wait_until(
+            lambda: sched.statistics().succeeded + len(cancelled) == n,
+            "every task to succeed or be cancelled",
+        )
+        states = {i: j.state for i, j in jobs.items()}
+    assert len(jobs) == n
+    assert cancelled, "the race never cancelled anything: the test lost its point"
+    for i, state in states.items():
+        if i in cancelled:
+            assert state is TaskState.CANCELLED, (i, state)
+            assert runs[i] == 0, f"cancelled task {i} ran"
+        else:
+            assert state is TaskState.SUCCEEDED, (i, state)
+            assert runs[i] == 1, f"task {i} ran {runs[i]} times"
 
 
 def test_100k_noop_tasks_each_run_exactly_once() -> None:
