@@ -243,6 +243,30 @@ def test_default_options_take_the_compact_path_with_the_same_result(
     assert not sched.store._lite  # type: ignore[attr-defined]
 
 
+def test_plain_at_takes_the_compact_path_too(clock: FakeClock, sched: tw.Scheduler) -> None:
+    t0 = clock.time()
+    by_number = sched.schedule(print, 1, at=t0 + 60)
+    by_datetime = sched.schedule(print, 2, at=START + timedelta(seconds=90))
+    in_berlin = sched.schedule(
+        print, 3, at=datetime(2026, 3, 29, 1, 0, 30, tzinfo=timezone(timedelta(hours=1)))
+    )
+    full = sched.schedule(print, 1, at=t0 + 60, queue="default")  # an option: full path
+    lite = sched.store._lite  # type: ignore[attr-defined]
+    assert set(lite) == {by_number.id, by_datetime.id, in_berlin.id}
+    assert by_number.task == full.task.evolve(id=by_number.id)
+    assert by_datetime.task.due == t0 + 90
+    assert in_berlin.task.due == t0 + 30  # 01:00:30 at +01:00 is 00:00:30 UTC
+    ran = clock.advance(minutes=2)
+    assert [j.id for j in ran] == [in_berlin.id, by_number.id, full.id, by_datetime.id]
+    # bad values still take the full path, which names them
+    with pytest.raises(tw.InvalidScheduleError, match="naive datetime"):
+        sched.schedule(print, at=datetime(2026, 1, 1))
+    with pytest.raises(tw.InvalidScheduleError, match="nan"):
+        sched.schedule(print, at=math.nan)
+    with pytest.raises(tw.InvalidScheduleError, match="delay and at"):
+        sched.schedule(print, delay=1, at=t0)
+
+
 def test_non_callable_is_refused(sched: tw.Scheduler) -> None:
     with pytest.raises(TypeError, match="callable"):
         sched.schedule(42, delay=1)  # type: ignore[call-overload]

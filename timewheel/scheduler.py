@@ -253,6 +253,22 @@ class TaskFunction(Generic[R]):
 
 
 _PLAIN_NUMBERS = (float, int)
+
+
+def _fast_at(options: dict[str, Any]) -> float | None:
+    """The due time of ``schedule(f, at=...)`` with no other option, when it is plain: a finite
+    number of epoch seconds or an aware ``datetime``. None sends the call down the full path
+    (which also reports every bad value)."""
+    if len(options) != 1:
+        return None
+    at = options.get("at")
+    if at.__class__ in _PLAIN_NUMBERS and -_BIG * 1e3 < at < _BIG * 1e3:
+        return float(at)
+    if at.__class__ is datetime and at.tzinfo is not None and at.utcoffset() is not None:
+        return at.timestamp()
+    return None
+
+
 _BIG = float(1 << 53)  # a delay beyond this (or NaN) takes the full path, which names it
 
 
@@ -558,11 +574,17 @@ class Scheduler:
             DuplicateKeyError: *id* exists and *on_conflict* is ``"error"``.
         """
         mem = self._compact
+        at = _fast_at(options) if options and delay is None else None
         if (
             mem is not None
-            and not options
-            and delay.__class__ in _PLAIN_NUMBERS  # not bool, not a subclass, not timedelta
-            and -_BIG < delay < _BIG  # a number; False for NaN and infinities
+            and (
+                (
+                    not options
+                    and delay.__class__ in _PLAIN_NUMBERS  # not bool, not a subclass, not timedelta
+                    and -_BIG < delay < _BIG
+                )  # a number; False for NaN and infinities
+                or at is not None
+            )
             and callable(func)
             and not isinstance(func, TaskFunction)
             and self._state != "stopped"
@@ -570,7 +592,7 @@ class Scheduler:
             # The fast path: a one-shot task with default options into the memory store, kept
             # there as a compact record. Everything else (and every error) takes the full path.
             now = self._clock.time()
-            due = now + delay
+            due = now + delay if at is None else at  # type: ignore[operator]
             task_id = f"{self._id_prefix}-{next(self._ids):x}"
             loop = self._loop
             watched = self._listeners["submitted"]
