@@ -824,3 +824,31 @@ def test_next_after_an_instant_a_hair_before_a_transition() -> None:
     transition = datetime(2026, 3, 8, 7, 0, tzinfo=timezone.utc).timestamp()
     assert rule.next_after(math.nextafter(transition, -math.inf)) == transition
     assert rule.next_after(transition - 1e-6) == transition
+
+
+@pytest.mark.parametrize("policy", list(Misfire))
+@pytest.mark.parametrize("grace", [None, 0.0, 30.0, 90.0])
+@pytest.mark.parametrize("late", [0.0, 29.0, 60.0, 61.0, 150.0, 3600.0 * 5])
+def test_plan_with_a_known_first_slot_is_the_same_plan(
+    policy: Misfire, grace: float | None, late: float
+) -> None:
+    """The on-time shortcut (one slot due, the caller passing it as ``first``) decides exactly
+    as the full search does: the same runs, count and next slot, for every policy and grace."""
+    slot = 1_767_225_600.0  # a midnight; the rule fires every minute
+    last = math.nextafter(slot, -math.inf)
+    now = slot + late
+    full = plan_misfires(CronRule("* * * * *"), last, now, policy=policy, grace=grace, max_runs=3)
+    known = plan_misfires(
+        CronRule("* * * * *"), last, now, policy=policy, grace=grace, max_runs=3, first=slot
+    )
+    assert (known.run, known.due, known.due_exact, known.next_slot) == (
+        full.run,
+        full.due,
+        full.due_exact,
+        full.next_slot,
+    )
+    if late < 60.0:  # one slot due: as the Misfire docs say, grace bounds SKIP and RUN_ALL only
+        expired = policy is not Misfire.RUN_ONCE and grace is not None and late > grace
+        assert known.run == (() if expired else (slot,))
+        assert (known.due, known.next_slot) == (1, slot + 60.0)
+        assert known.iterations == 1  # one step on from the known slot

@@ -484,30 +484,49 @@ def check_claim_next_skips_non_ready(store: Store) -> None:
     assert _ids(got) == ["r"], f"only READY tasks are claimed (got {_ids(got)})"
 
 
+def _in_threads(work: Callable[[int], None], what: str, *, interleave: bool = False) -> None:
+    """Run ``work(k)`` in four threads started together; re-raise (as an assertion) the first
+    exception any of them raised. ``interleave`` makes the interpreter switch threads as often
+    as it can while they run, so that races show up."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def run(k: int) -> None:
+        try:
+            start.wait()
+            work(k)
+        except BaseException as e:  # reported below, in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    interval = sys.getswitchinterval()
+    if interleave:
+        sys.setswitchinterval(1e-6)
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, f"{what} raised in a thread: {errors[0]!r}"
+
+
 def check_claim_next_threads(store: Store) -> None:
     n = 120
     ids = [f"t{i:03d}" for i in range(n)]
     store.insert_many([_task(i) for i in ids])
     _ready(store, *ids)
     got: list[list[str]] = [[] for _ in range(4)]
-    errors: list[BaseException] = []
 
     def work(k: int) -> None:
-        try:
-            while True:
-                batch = store.claim_next(owner=f"w{k}", lease_expires=T0 + 60, now=T0, limit=3)
-                if not batch:
-                    return
-                got[k].extend(_ids(batch))
-        except BaseException as e:  # reported below, in the main thread
-            errors.append(e)
+        while True:
+            batch = store.claim_next(owner=f"w{k}", lease_expires=T0 + 60, now=T0, limit=3)
+            if not batch:
+                return
+            got[k].extend(_ids(batch))
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, f"claim_next raised in a thread: {errors[0]!r}"
+    _in_threads(work, "claim_next")
     flat = [i for g in got for i in g]
     assert len(flat) == len(set(flat)), "a task was claimed twice by concurrent threads"
     assert sorted(flat) == ids, f"every READY task is claimed once ({len(flat)} of {n})"
@@ -518,43 +537,27 @@ def check_claim_next_threads(store: Store) -> None:
 
 def check_claim_and_finish_race_threads(store: Store) -> None:
     """Threads racing ``claim`` on the same READY versions: each task is won exactly once, and
-    its winner's ``finish`` lands even with that owner's heartbeats racing it."""
+    its winner's heartbeat and ``finish`` land while the others keep racing for other tasks."""
     n = 60
     ids = [f"r{i:03d}" for i in range(n)]
     store.insert_many([_task(i) for i in ids])
     versions = {t.id: t.version for t in _ready(store, *ids)}
     won: list[list[str]] = [[] for _ in range(4)]
-    errors: list[BaseException] = []
-    start = threading.Barrier(4)
 
     def work(k: int) -> None:
-        try:
-            start.wait()
-            for i in ids:
-                owner = f"w{k}"
-                c = store.claim(
-                    i, expected_version=versions[i], owner=owner, lease_expires=T0 + 60, now=T0
-                )
-                if c is None:
-                    continue
-                won[k].append(i)
-                store.heartbeat(i, owner=owner, lease_expires=T0 + 90, now=T0)
-                done = store.finish(i, owner=owner, state=S.SUCCEEDED, now=T0, result=k)
-                assert done is not None, f"{owner} lost the finish of {i} it had claimed"
-        except BaseException as e:  # reported below, in the main thread
-            errors.append(e)
+        owner = f"w{k}"
+        for i in ids:
+            c = store.claim(
+                i, expected_version=versions[i], owner=owner, lease_expires=T0 + 60, now=T0
+            )
+            if c is None:
+                continue
+            won[k].append(i)
+            store.heartbeat(i, owner=owner, lease_expires=T0 + 90, now=T0)
+            done = store.finish(i, owner=owner, state=S.SUCCEEDED, now=T0, result=k)
+            assert done is not None, f"{owner} lost the finish of {i} it had claimed"
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as possible: interleave the races
-    try:
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-    finally:
-        sys.setswitchinterval(interval)
-    assert not errors, f"claim/finish raised in a thread: {errors[0]!r}"
+    _in_threads(work, "claim/finish", interleave=True)
     flat = sorted(i for w in won for i in w)
     assert flat == ids, f"every task is claimed exactly once (claims: {len(flat)} for {n})"
     for k in range(4):

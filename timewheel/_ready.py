@@ -137,6 +137,11 @@ class ReadyQueue:
         """The next task for a worker serving *queues* (None: all), or None if there is none."""
         with self._lock:
             task = self._pop_locked(queues)
+        return self._pulled(task)
+
+    def _pulled(self, task: Task | None) -> Task | None:
+        """Call ``on_low`` (outside the lock: the owner refills from the store) when this pull
+        brought the depth down to ``low_water``; return *task*."""
         if task is not None and self._depth == self.low_water and self.on_low is not None:
             self.on_low()
         return task
@@ -164,9 +169,7 @@ class ReadyQueue:
                 finally:
                     self._waiting -= 1
                 task = self._pop_locked(queues)
-        if task is not None and self._depth == self.low_water and self.on_low is not None:
-            self.on_low()  # outside the lock: the owner refills from the store
-        return task
+        return self._pulled(task)
 
     def discard(self, task_id: str) -> None:
         """Forget *task_id* if queued (lazy: the entry is skipped when pulled)."""

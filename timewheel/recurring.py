@@ -456,25 +456,18 @@ class Recurring:
             grace = opts.get("misfire_grace")
             if grace is None:
                 grace = policy.default_grace
-            nxt = rule.next_after(slot)  # one step of the rule's kept iterator
-            if nxt is None or nxt > now:
-                # on time (the common case): only this slot is due; no misfire search needed
-                on_time = policy is not Misfire.SKIP or grace is None or now - slot <= grace
-                runs = [slot] if on_time else []
-                missed += 0 if on_time else 1
-                next_slot = nxt
-            else:
-                plan = plan_misfires(
-                    rule,
-                    math.nextafter(slot, -math.inf),
-                    now,
-                    policy=policy,
-                    grace=grace,
-                    max_runs=opts.get("max_runs", 100),
-                )
-                missed += plan.skipped
-                runs = list(plan.run)
-                next_slot = plan.next_slot
+            plan = plan_misfires(
+                rule,
+                math.nextafter(slot, -math.inf),
+                now,
+                policy=policy,
+                grace=grace,
+                max_runs=opts.get("max_runs", 100),
+                first=slot,  # known: the rule steps on from it instead of restarting
+            )
+            missed += plan.skipped
+            runs = list(plan.run)
+            next_slot = plan.next_slot
             if next_slot is not None:
                 successors.append(self._instance(rec, next_slot, rule))
             if not runs:

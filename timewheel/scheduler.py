@@ -44,7 +44,7 @@ from timewheel.task import (
     Task,
     TaskState,
 )
-from timewheel.wheel import TimingWheel
+from timewheel.wheel import TimingWheel, bucket_width
 
 __all__ = [
     "EVENTS",
@@ -253,6 +253,8 @@ class TaskFunction(Generic[R]):
 
 
 _PLAIN_NUMBERS = (float, int)
+_BIG = float(1 << 53)  # a delay beyond this (or NaN) takes the full path, which names it
+_BIG_AT = _BIG * 1e3  # the same for epoch seconds
 
 
 def _fast_at(options: dict[str, Any]) -> float | None:
@@ -262,14 +264,11 @@ def _fast_at(options: dict[str, Any]) -> float | None:
     if len(options) != 1:
         return None
     at = options.get("at")
-    if at.__class__ in _PLAIN_NUMBERS and -_BIG * 1e3 < at < _BIG * 1e3:
+    if at.__class__ in _PLAIN_NUMBERS and -_BIG_AT < at < _BIG_AT:
         return float(at)
     if at.__class__ is datetime and at.tzinfo is not None and at.utcoffset() is not None:
         return at.timestamp()
     return None
-
-
-_BIG = float(1 << 53)  # a delay beyond this (or NaN) takes the full path, which names it
 
 
 def _seconds(value: object, name: str) -> float:
@@ -594,9 +593,8 @@ class Scheduler:
             now = self._clock.time()
             due = now + delay if at is None else at  # type: ignore[operator]
             task_id = f"{self._id_prefix}-{next(self._ids):x}"
-            loop = self._loop
             watched = self._listeners["submitted"]
-            if loop is not None and due <= now and not watched:
+            if self._loop is not None and due <= now and not watched:
                 # due now: straight to READY and onto the ready queue, in one store step
                 self._enqueue((mem.add_ready(task_id, func, args, due, now),))
                 self._counts["submitted"] += 1
@@ -606,13 +604,7 @@ class Scheduler:
                 self._count("submitted", self._store.get(task_id))
             else:
                 self._counts["submitted"] += 1
-            if loop is not None and due <= now:
-                self._promote([task_id], now)  # due now: trigger it here (see _index)
-            else:
-                with self._lock:
-                    self._wheel.add(task_id, due)
-                if loop is not None:
-                    loop.wake(due)
+            self._place(task_id, due, now)
             return Job(self, task_id)
         unknown = options.keys() - _SCHEDULE_OPTIONS
         if unknown:
@@ -906,19 +898,22 @@ class Scheduler:
             return
         if self._store.durable and task.due >= self._refilled_until:
             return  # beyond the horizon: the refill will load it
+        self._place(task.id, task.due, self._clock.time())
+
+    def _place(self, task_id: str, due: float, now: float) -> None:
+        """Trigger a task that is already due here, in one store step, rather than handing it to
+        the trigger loop thread (a thread switch per task under the GIL); put any other in the
+        wheel and wake the loop if it is now the earliest. Recurring instances always go through
+        the wheel: firing them plans the next one."""
         loop = self._loop
-        if loop is not None and "@" not in task.id:
-            now = self._clock.time()
-            if task.due <= now:
-                # already due: trigger it here, in one store step, rather than handing it to
-                # the trigger loop thread (a thread switch per task under the GIL)
-                self._promote([task.id], now)
-                return
+        if loop is not None and due <= now and "@" not in task_id:
+            self._promote([task_id], now)
+            return
         with self._lock:
-            if task.id not in self._wheel:
-                self._wheel.add(task.id, task.due)
+            if task_id not in self._wheel:
+                self._wheel.add(task_id, due)
         if loop is not None:
-            loop.wake(task.due)
+            loop.wake(due)
 
     @overload
     def task(self, func: Callable[..., R], /) -> TaskFunction[R]: ...
@@ -1360,8 +1355,7 @@ class Scheduler:
         hist = getattr(self._store, "due_histogram", None)
         if self._store.durable and hist is not None:
             # the store holds every pending task; the wheel only the near horizon
-            width = {"second": 1.0, "minute": 60.0, "hour": 3600.0}.get(str(bucket))
-            w = width if width is not None else float(bucket)
+            w = bucket_width(bucket)
             counts = dict(hist(self._clock.time(), horizon=horizon, bucket=w))
         else:
             with self._lock:

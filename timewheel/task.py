@@ -249,7 +249,7 @@ def _make_fast_paths() -> tuple[Callable[[Task, dict[str, Any]], Task], Callable
     """
     fs = fields(Task)
     names = [f.name for f in fs]
-    ns: dict[str, Any] = {"new": object.__new__, "Task": Task, "MISSING": MISSING}
+    ns: dict[str, Any] = {"new": object.__new__, "Task": Task}
     for n in names:
         ns[f"set_{n}"] = Task.__dict__[n].__set__
     params = []

@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 
 from timewheel.errors import DuplicateKeyError
 
-__all__ = ["TimingWheel", "WheelStatistics"]
+__all__ = ["TimingWheel", "WheelStatistics", "bucket_width"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -69,6 +69,23 @@ def _bad_time(name: str, value: object) -> Exception:
                 f"got {value!r} of type {type(value).__name__}"
             )
     return ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+
+
+def bucket_width(bucket: float | str) -> float:
+    """Seconds in a look-ahead bucket: a positive width, or ``"second"``, ``"minute"``, ``"hour"``.
+
+    Raises ``ValueError`` (``TypeError`` for a non-number) naming the value.
+    """
+    if isinstance(bucket, str):
+        if bucket not in _BUCKETS:
+            raise ValueError(
+                f"bucket must be a width in seconds or one of {sorted(_BUCKETS)}, got {bucket!r}"
+            )
+        return _BUCKETS[bucket]
+    width = _as_time("bucket", bucket)
+    if width <= 0:
+        raise ValueError(f"bucket must be a positive width in seconds, got {bucket!r}")
+    return width
 
 
 def _as_time(name: str, value: object) -> float:
@@ -747,17 +764,7 @@ class TimingWheel(Generic[K]):
         with ``len()``.
         """
         horizon = _as_time("horizon", horizon)
-        if isinstance(bucket, str):
-            if bucket not in _BUCKETS:
-                raise ValueError(
-                    f"bucket must be a width in seconds or one of {sorted(_BUCKETS)}, "
-                    f"got {bucket!r}"
-                )
-            width = _BUCKETS[bucket]
-        else:
-            width = _as_time("bucket", bucket)
-        if width <= 0:
-            raise ValueError(f"bucket must be a positive width in seconds, got {bucket!r}")
+        width = bucket_width(bucket)
         if horizon < 0:
             raise ValueError(f"horizon must be >= 0 seconds, got {horizon!r}")
         tps = self._tps

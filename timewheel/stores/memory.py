@@ -53,6 +53,10 @@ def _expand(
     )
 
 
+def _not_found(task_id: str) -> TaskNotFoundError:
+    return TaskNotFoundError(f"no task with id {task_id!r}")
+
+
 class MemoryStore:
     """Tasks in a dict behind one lock; every change is a compare-and-swap on ``version``.
 
@@ -119,8 +123,12 @@ class MemoryStore:
     def _require(self, task_id: str) -> Task:
         t = self._take(task_id)
         if t is None:
-            raise TaskNotFoundError(f"no task with id {task_id!r}")
+            raise _not_found(task_id)
         return t
+
+    def _check_new(self, task_id: str) -> None:
+        if task_id in self._tasks or task_id in self._lite:
+            raise DuplicateKeyError(f"a task with id {task_id!r} already exists")
 
     def _settle(self, upstream: Task, now: float) -> tuple[Task, ...]:
         """Apply a terminal upstream's effect to its dependents, transitively."""
@@ -178,8 +186,8 @@ class MemoryStore:
                         f"task {task.id!r} is running and cannot be replaced; wait for it or "
                         "schedule under another id"
                     )
-            if old is not None:
-                old = self._take(task.id)  # a compact record is stored in full before it changes
+            if old is not None and self._lite.pop(task.id, None) is not None:
+                self._put(None, old)  # a compact record is stored in full before it changes
             unmet = 0
             terminal: TaskState | None = None
             error: str | None = None
@@ -250,8 +258,7 @@ class MemoryStore:
             DuplicateKeyError: a task with this id exists.
         """
         with self._lock:
-            if task_id in self._tasks or task_id in self._lite:
-                raise DuplicateKeyError(f"a task with id {task_id!r} already exists")
+            self._check_new(task_id)
             self._lite[task_id] = (due, now, func, args) if args else (due, now, func)
 
     def add_ready(
@@ -270,8 +277,7 @@ class MemoryStore:
             raise ValueError(f"add_ready needs a due time at or before now ({due!r} > {now!r})")
         task = _expand(task_id, (due, now, func, args), state=_R, version=1, updated=now)
         with self._lock:
-            if task_id in self._tasks or task_id in self._lite:
-                raise DuplicateKeyError(f"a task with id {task_id!r} already exists")
+            self._check_new(task_id)
             self._put(None, task)
         return task
 
@@ -279,7 +285,7 @@ class MemoryStore:
         with self._lock:
             t = self._peek(task_id)
         if t is None:
-            raise TaskNotFoundError(f"no task with id {task_id!r}")
+            raise _not_found(task_id)
         return t
 
     def find(self, task_id: str) -> Task | None:
