@@ -1,6 +1,6 @@
 """Benchmark the scheduler core side by side with APScheduler 3, stdlib ``sched`` and asyncio.
 
-Run: ``python benchmarks/bench_scheduler.py [--quick] [--rounds N] [--profile]``
+Run: ``python benchmarks/bench_scheduler.py [--quick] [--rounds N] [--trace] [--profile]``
 
 Sections (one process; (a), (b) and (d) in alternating rounds, medians reported):
 
@@ -26,12 +26,14 @@ import asyncio
 import cProfile
 import gc
 import io
+import itertools
 import platform
 import pstats
 import random
 import sched
 import statistics
 import sys
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -302,6 +304,111 @@ def late_asyncio(n: int, window: float) -> tuple[float, float, float]:
     return _pct(out)
 
 
+# -- trace: where the lateness and the schedule() time go ---------------------------------------------------
+
+
+def trace_lateness(n: int, window: float) -> dict[str, tuple[float, float, float]]:
+    """The lateness of (d) split at the hand-off, with one worker: due -> promoted by the
+    trigger loop -> pulled from the ready queue by the worker -> running (ms p50/p99/max)."""
+    promoted: dict[str, float] = {}
+    pulled: dict[str, float] = {}
+    started: dict[str, float] = {}
+    done = Done(n)
+    s = Scheduler(dispatcher=ThreadPoolDispatcher(workers=1))
+    promote, pull = s._promote, s.ready_queue.pull
+
+    def traced_promote(ids: Any, now: float) -> None:
+        t = time.time()
+        promoted.update(dict.fromkeys(ids, t))
+        promote(ids, now)
+
+    def traced_pull(*a: Any, **k: Any) -> Any:
+        task = pull(*a, **k)
+        if task is not None:
+            pulled[task.id] = time.time()
+        return task
+
+    s._promote = traced_promote  # type: ignore[method-assign]
+    s.ready_queue.pull = traced_pull  # type: ignore[method-assign]
+    ids: list[str] = []
+
+    def run(k: int) -> None:
+        started[ids[k]] = time.time()
+        done.hit()
+
+    base = time.time()
+    dues = [base + off for off in _offsets(n, window)]
+    ids += [s.schedule(run, k, at=due).id for k, due in enumerate(dues)]
+    with s:
+        done.wait(window + 60)
+
+    def ms(xs: list[float]) -> tuple[float, float, float]:
+        return tuple(x * 1e3 for x in _pct(xs))  # type: ignore[return-value]
+
+    return {
+        "due -> promoted (trigger loop)": ms(
+            [promoted[i] - d for i, d in zip(ids, dues, strict=True)]
+        ),
+        "promoted -> pulled (hand-off)": ms([pulled[i] - promoted[i] for i in ids]),
+        "pulled -> running": ms([started[i] - pulled[i] for i in ids]),
+        "due -> running": ms([started[i] - d for i, d in zip(ids, dues, strict=True)]),
+    }
+
+
+def trace_schedule(n: int) -> dict[str, float]:
+    """µs per call of the pieces of the schedule() fast path, each timed alone."""
+    from timewheel.scheduler import Job
+    from timewheel.stores.memory import MemoryStore
+    from timewheel.wheel import TimingWheel
+
+    s = Scheduler()
+    store, lock = MemoryStore(), threading.RLock()
+    wheel: TimingWheel[str] = TimingWheel(start=time.time())
+    keys = [f"x{i}" for i in range(n)]
+    base = time.time() + 3600
+
+    def per(fn: Callable[[], object]) -> float:
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) / n * 1e6
+
+    def record() -> None:
+        for k in keys:
+            store.add_pending(k, noop, (), base, 0.0)
+
+    def wheel_add() -> None:
+        for i, k in enumerate(keys):
+            wheel.add(k, base + i % 1000)
+
+    def locked() -> None:
+        for _ in keys:
+            with lock:
+                pass
+
+    ids = itertools.count()
+    return {
+        "compact record (MemoryStore.add_pending)": per(record),
+        "wheel insert (TimingWheel.add)": per(wheel_add),
+        "a lock around it": per(locked),
+        "the Job handle": per(lambda: [Job(s, "x") for _ in keys]),
+        "the generated id": per(lambda: [f"abcdef-{next(ids):x}" for _ in keys]),
+        "the clock": per(lambda: [s.clock.time() for _ in keys]),
+        "all of schedule()": per(lambda: [s.schedule(noop, delay=3600) for _ in keys]),
+        "schedule() with the GC off": _gc_off(
+            lambda: per(lambda: [s.schedule(noop, delay=3600) for _ in keys])
+        ),
+    }
+
+
+def _gc_off(fn: Callable[[], float]) -> float:
+    gc.disable()
+    try:
+        return fn()
+    finally:
+        gc.enable()
+
+
 # -- profile ------------------------------------------------------------------------------------------------
 
 
@@ -360,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes, a 2 s lateness window")
     ap.add_argument("--profile", action="store_true", help="print cProfile top entries")
+    ap.add_argument(
+        "--trace", action="store_true", help="also split schedule() and the lateness into pieces"
+    )
     ap.add_argument(
         "--rounds", type=int, default=3, help="alternating rounds of (a), (b), (d): medians shown"
     )
@@ -492,6 +602,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("\n".join(rows))
 
+    if args.trace:
+        print(f"\n(trace) schedule() fast path, piece by piece ({n_rate:,} calls each, us/call)")
+        for k, v in trace_schedule(n_rate).items():
+            print(f"  {k:42s} {v:7.2f}")
+        print("\n(trace) lateness of (d) split at the hand-off, one worker (ms p50 / p99 / max)")
+        for k, (p50, p99, mx) in trace_lateness(n_late, window).items():
+            print(f"  {k:32s} {p50:8.3f} {p99:8.3f} {mx:8.3f}")
     if args.profile:
         profile(n_e2e)
     return 0
