@@ -8,6 +8,9 @@ every answer must be the same.
 from __future__ import annotations
 
 import functools
+import gc
+import weakref
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -149,6 +152,13 @@ class CompactVersusFull(RuleBasedStateMachine):
         self.both(lambda s: s.due_histogram(self.now, horizon=60, bucket=10))
         self.both(lambda s: s.ready(limit=10))
 
+    @invariant()
+    def function_table_counts_the_records(self) -> None:
+        uses = Counter(rec[2] for rec in self.compact._lite.values())
+        assert {fid: use[1] for fid, use in self.compact._fns.items()} == dict(uses)
+        for fid, (func, _) in self.compact._fns.items():
+            assert id(func) == fid
+
 
 TestCompactVersusFull = CompactVersusFull.TestCase
 TestCompactVersusFull.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
@@ -204,3 +214,47 @@ def test_add_ready_stores_a_due_task_as_promoted() -> None:
     with pytest.raises(ValueError, match="at or before now"):
         s.add_ready("late", work, (), 101.0, 100.0)
     assert s.count_by_state() == {S.READY: 1, S.PENDING: 1}
+
+
+def test_compact_records_are_not_tracked_by_the_cyclic_gc() -> None:
+    # A record without arguments holds only numbers, so the collector drops it after one pass
+    # instead of traversing every pending task in each full collection.
+    s = MemoryStore()
+    s.add_pending("a", work, (), 110.0, 100.0)
+    s.add_pending("b", work, ([1],), 110.0, 100.0)
+    gc.collect()
+    assert not gc.is_tracked(s._lite["a"])
+    assert gc.is_tracked(s._lite["b"])  # its arguments hold a list
+    assert s.get("a").func is work
+
+
+@pytest.mark.parametrize("end", ["promote", "cancel", "delete", "replace", "prune"])
+def test_a_function_is_released_with_its_last_compact_record(end: str) -> None:
+    s = MemoryStore()
+
+    def make() -> Callable[[], None]:
+        return lambda: None
+
+    f = make()
+    ref = weakref.ref(f)
+    s.add_pending("a", f, (), 110.0, 100.0)
+    s.add_pending("b", f, (), 120.0, 100.0)
+    del f
+    s.delete("b")
+    assert ref() is not None  # "a" still needs it
+    if end == "promote":
+        (t,) = s.promote(["a"], 115.0)
+        del t
+        s.delete("a")
+    elif end == "cancel":
+        s.transition("a", expected_version=0, state=S.CANCELLED, now=101.0)
+        s.delete("a")
+    elif end == "delete":
+        s.delete("a")
+    elif end == "replace":
+        s.insert(Task(id="a", func=other, due=1.0, created=1.0), on_conflict="replace")
+    else:
+        assert s.prune(before=101.0, states=[S.PENDING]) == 1
+    assert not s._fns
+    gc.collect()
+    assert ref() is None

@@ -370,6 +370,7 @@ class Scheduler:
         self._counts = dict.fromkeys(EVENTS, 0)
         # the fast path of schedule(): compact records in exactly our own memory store
         self._compact = self._store if type(self._store) is MemoryStore else None
+        self._time = self._clock.time
         self._missed_fires = 0
         self._lateness: deque[float] = deque(maxlen=100_000)
         self._started_at: float | None = None
@@ -573,39 +574,42 @@ class Scheduler:
             DuplicateKeyError: *id* exists and *on_conflict* is ``"error"``.
         """
         mem = self._compact
-        at = _fast_at(options) if options and delay is None else None
-        if (
-            mem is not None
-            and (
-                (
-                    not options
-                    and delay.__class__ in _PLAIN_NUMBERS  # not bool, not a subclass, not timedelta
-                    and -_BIG < delay < _BIG
-                )  # a number; False for NaN and infinities
-                or at is not None
-            )
-            and callable(func)
-            and not isinstance(func, TaskFunction)
-            and self._state != "stopped"
-        ):
+        if mem is not None and self._state != "stopped" and callable(func):
             # The fast path: a one-shot task with default options into the memory store, kept
             # there as a compact record. Everything else (and every error) takes the full path.
-            now = self._clock.time()
-            due = now + delay if at is None else at  # type: ignore[operator]
-            task_id = f"{self._id_prefix}-{next(self._ids):x}"
-            watched = self._listeners["submitted"]
-            if self._loop is not None and due <= now and not watched:
-                # due now: straight to READY and onto the ready queue, in one store step
-                self._enqueue((mem.add_ready(task_id, func, args, due, now),))
-                self._counts["submitted"] += 1
-                return Job(self, task_id)
-            mem.add_pending(task_id, func, args, due, now)
-            if watched:
-                self._count("submitted", self._store.get(task_id))
+            if options:
+                at = _fast_at(options) if delay is None else None
+                plain = at is not None
             else:
-                self._counts["submitted"] += 1
-            self._place(task_id, due, now)
-            return Job(self, task_id)
+                at = None
+                # a plain number (not bool, not a subclass, not timedelta), finite
+                plain = delay.__class__ in _PLAIN_NUMBERS and -_BIG < delay < _BIG
+            if plain and not isinstance(func, TaskFunction):
+                now = self._time()
+                due = now + delay if at is None else at  # type: ignore[operator]
+                task_id = f"{self._id_prefix}-{next(self._ids):x}"
+                watched = self._listeners["submitted"]
+                loop = self._loop
+                if due <= now and loop is not None and not watched:
+                    # due now: straight to READY and onto the ready queue, in one store step
+                    self._enqueue((mem.add_ready(task_id, func, args, due, now),))
+                    self._counts["submitted"] += 1
+                    return Job(self, task_id)
+                mem.add_pending(task_id, func, args, due, now)
+                if watched:
+                    self._count("submitted", self._store.get(task_id))
+                else:
+                    self._counts["submitted"] += 1
+                if due <= now and loop is not None:
+                    self._promote([task_id], now)
+                    return Job(self, task_id)
+                with self._lock:
+                    self._wheel.add(task_id, due)  # a fresh id: never in the wheel already
+                if loop is not None:
+                    planned = loop._planned  # unlocked read: at worst wake() finds it moot
+                    if planned is None or due < planned:
+                        loop.wake(due)
+                return Job(self, task_id)
         unknown = options.keys() - _SCHEDULE_OPTIONS
         if unknown:
             raise TypeError(_unknown_options(unknown))

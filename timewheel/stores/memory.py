@@ -36,14 +36,15 @@ _CANCELLABLE = (TaskState.PENDING, TaskState.READY)
 def _expand(
     task_id: str,
     rec: tuple[Any, ...],
+    fns: dict[int, list[Any]],
     state: TaskState = _P,
     version: int = 0,
     updated: float | None = None,
 ) -> Task:
-    """The :class:`Task` of a compact record ``(due, created, func[, args])``."""
+    """The :class:`Task` of a compact record ``(due, created, id(func)[, args])``."""
     return Task(
         id=task_id,
-        func=rec[2],
+        func=fns[rec[2]][0],
         args=rec[3] if len(rec) > 3 else (),
         due=rec[0],
         state=state,
@@ -67,7 +68,11 @@ class MemoryStore:
     Compact pending tasks: :meth:`add_pending` (the path ``Scheduler.schedule`` takes for a
     one-shot task with default options) keeps a fresh PENDING task as a small tuple, about a
     third of a :class:`Task` snapshot. Reads see an ordinary Task built on the fly; the first
-    change (promotion to READY, cancellation, replacement) stores the full record.
+    change (promotion to READY, cancellation, replacement) stores the full record. The tuple
+    names its function by ``id()`` in a table of the functions in use (each held, with a use
+    count, while a compact record needs it), so that a record without arguments holds only
+    numbers: the cyclic garbage collector stops tracking it at its first pass instead of
+    traversing every pending task again in each full collection.
     """
 
     durable = False
@@ -75,8 +80,10 @@ class MemoryStore:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._tasks: dict[str, Task] = {}
-        # fresh PENDING tasks with default options: id -> (due, created, func[, args])
+        # fresh PENDING tasks with default options: id -> (due, created, id(func)[, args])
         self._lite: dict[str, tuple[Any, ...]] = {}
+        # id(func) -> [func, compact records naming it]
+        self._fns: dict[int, list[Any]] = {}
         self._by_state: dict[TaskState, dict[str, None]] = {s: {} for s in TaskState}
         self._dependents: dict[str, list[str]] = {}
         self._schedules: dict[str, ScheduleRecord] = {}
@@ -107,9 +114,19 @@ class MemoryStore:
         if t is None:
             rec = self._lite.pop(task_id, None)
             if rec is not None:
-                t = _expand(task_id, rec)
+                t = _expand(task_id, rec, self._fns)
+                self._unref(rec)
                 self._put(None, t)
         return t
+
+    def _unref(self, rec: tuple[Any, ...]) -> None:
+        """A compact record was removed: release its function."""
+        fid = rec[2]
+        use = self._fns[fid]
+        if use[1] == 1:
+            del self._fns[fid]
+        else:
+            use[1] -= 1
 
     def _peek(self, task_id: str) -> Task | None:
         """The stored task, a compact one expanded into a snapshot but left compact."""
@@ -117,7 +134,7 @@ class MemoryStore:
         if t is None:
             rec = self._lite.get(task_id)
             if rec is not None:
-                return _expand(task_id, rec)
+                return _expand(task_id, rec, self._fns)
         return t
 
     def _require(self, task_id: str) -> Task:
@@ -186,8 +203,8 @@ class MemoryStore:
                         f"task {task.id!r} is running and cannot be replaced; wait for it or "
                         "schedule under another id"
                     )
-            if old is not None and self._lite.pop(task.id, None) is not None:
-                self._put(None, old)  # a compact record is stored in full before it changes
+            if old is not None and task.id in self._lite:
+                self._take(task.id)  # a compact record is stored in full before it changes
             unmet = 0
             terminal: TaskState | None = None
             error: str | None = None
@@ -258,8 +275,15 @@ class MemoryStore:
             DuplicateKeyError: a task with this id exists.
         """
         with self._lock:
-            self._check_new(task_id)
-            self._lite[task_id] = (due, now, func, args) if args else (due, now, func)
+            if task_id in self._tasks or task_id in self._lite:
+                self._check_new(task_id)  # raises
+            fid = id(func)
+            use = self._fns.get(fid)
+            if use is None:
+                self._fns[fid] = [func, 1]
+            else:
+                use[1] += 1
+            self._lite[task_id] = (due, now, fid, args) if args else (due, now, fid)
 
     def add_ready(
         self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float
@@ -275,7 +299,16 @@ class MemoryStore:
         """
         if due > now:
             raise ValueError(f"add_ready needs a due time at or before now ({due!r} > {now!r})")
-        task = _expand(task_id, (due, now, func, args), state=_R, version=1, updated=now)
+        task = Task(
+            id=task_id,
+            func=func,
+            args=args,
+            due=due,
+            state=_R,
+            version=1,
+            created=now,
+            updated=now,
+        )
         with self._lock:
             self._check_new(task_id)
             self._put(None, task)
@@ -325,7 +358,8 @@ class MemoryStore:
                     if rec is None or rec[0] > now:
                         continue
                     del lite[tid]  # straight from the compact record to READY
-                    new = _expand(tid, rec, state=_R, version=1, updated=now)
+                    new = _expand(tid, rec, self._fns, state=_R, version=1, updated=now)
+                    self._unref(rec)
                     self._put(None, new)
                     moved.append(new)
                     continue
@@ -477,7 +511,8 @@ class MemoryStore:
             else:
                 pool = [self._tasks[i] for s in states for i in self._by_state[s]]
             if schedule_id is None and (states is None or _P in states):
-                pool += [_expand(i, rec) for i, rec in self._lite.items()]
+                fns = self._fns
+                pool += [_expand(i, rec, fns) for i, rec in self._lite.items()]
         out = [t for t in pool if schedule_id is None or t.schedule_id == schedule_id]
         out.sort(key=lambda t: (t.due, t.created, t.id))
         return out if limit is None else out[:limit]
@@ -486,7 +521,11 @@ class MemoryStore:
         with self._lock:
             t = self._tasks.pop(task_id, None)
             if t is None:
-                return self._lite.pop(task_id, None) is not None
+                rec = self._lite.pop(task_id, None)
+                if rec is None:
+                    return False
+                self._unref(rec)
+                return True
             del self._by_state[t.state][task_id]
             if t.schedule_id is not None:
                 active = self._active_by_schedule.get(t.schedule_id)
