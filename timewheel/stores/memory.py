@@ -82,7 +82,7 @@ class MemoryStore:
         self._tasks: dict[str, Task] = {}
         # fresh PENDING tasks with default options: id -> (due, created, id(func)[, args])
         self._lite: dict[str, tuple[Any, ...]] = {}
-        # id(func) -> [func, compact records naming it]
+        # id(func) -> [func, compact records naming it, id(func) as the records' shared int]
         self._fns: dict[int, list[Any]] = {}
         self._by_state: dict[TaskState, dict[str, None]] = {s: {} for s in TaskState}
         self._dependents: dict[str, list[str]] = {}
@@ -280,9 +280,10 @@ class MemoryStore:
             fid = id(func)
             use = self._fns.get(fid)
             if use is None:
-                self._fns[fid] = [func, 1]
+                self._fns[fid] = [func, 1, fid]
             else:
                 use[1] += 1
+                fid = use[2]  # one shared int object, not a new one per record
             self._lite[task_id] = (due, now, fid, args) if args else (due, now, fid)
 
     def add_ready(
