@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -368,9 +369,13 @@ class Scheduler:
         self._waiting = 0  # threads in _wait (guarded by self._done)
         self._listeners: dict[str, list[Callable[[Event], object]]] = {e: [] for e in EVENTS}
         self._counts = dict.fromkeys(EVENTS, 0)
+        self._on_submitted = self._listeners["submitted"]  # the same list, kept in place
         # the fast path of schedule(): compact records in exactly our own memory store
         self._compact = self._store if type(self._store) is MemoryStore else None
-        self._time = self._clock.time
+        # the clock's time(); the system clock's own function when it is the plain system clock
+        self._time: Callable[[], float] = (
+            time.time if type(self._clock) is SystemClock else self._clock.time
+        )
         self._missed_fires = 0
         self._lateness: deque[float] = deque(maxlen=100_000)
         self._started_at: float | None = None
@@ -588,7 +593,7 @@ class Scheduler:
                 now = self._time()
                 due = now + delay if at is None else at  # type: ignore[operator]
                 task_id = f"{self._id_prefix}-{next(self._ids):x}"
-                watched = self._listeners["submitted"]
+                watched = self._on_submitted
                 loop = self._loop
                 if due <= now and loop is not None and not watched:
                     # due now: straight to READY and onto the ready queue, in one store step
