@@ -362,8 +362,10 @@ class Scheduler:
         self._next_reap = -math.inf
         self._next_poll = -math.inf
         self._poll_interval = float(poll_interval)
-        self._ids = itertools.count(1)
-        self._id_prefix = os.urandom(3).hex()
+        # generated task ids: "<6 random hex digits>-<a counter in hex>", made in C
+        self._new_id: Callable[[], str] = map(
+            f"{os.urandom(3).hex()}-%x".__mod__, itertools.count(1)
+        ).__next__
         self._resolved: dict[str, Callable[..., Any]] = {}
         self._callbacks: dict[str, list[Callable[[Job], object]]] = {}
         self._waiting = 0  # threads in _wait (guarded by self._done)
@@ -592,7 +594,7 @@ class Scheduler:
             if plain and not isinstance(func, TaskFunction):
                 now = self._time()
                 due = now + delay if at is None else at  # type: ignore[operator]
-                task_id = f"{self._id_prefix}-{next(self._ids):x}"
+                task_id = self._new_id()
                 watched = self._on_submitted
                 loop = self._loop
                 if due <= now and loop is not None and not watched:
@@ -882,7 +884,7 @@ class Scheduler:
 
                 task_id = uuid.uuid4().hex
             else:
-                task_id = f"{self._id_prefix}-{next(self._ids):x}"
+                task_id = self._new_id()
         elif not isinstance(task_id, str) or not task_id:
             raise InvalidScheduleError(f"id must be a non-empty string (got {task_id!r})")
         return Task(
