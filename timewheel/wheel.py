@@ -511,7 +511,11 @@ class TimingWheel(Generic[K]):
                         self._move(level, i, segs, _FAR)
                         self._events()
             self._T = t
-            self._set_limits()
+            if t < self._lim1:  # the same minute: only the second changed
+                c1 = self._c1 = t // self._tps
+                self._lim0 = self._roll = (c1 + 1) * self._tps
+            else:
+                self._set_limits()
         else:
             self._T = t
 
