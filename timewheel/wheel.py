@@ -455,8 +455,17 @@ class TimingWheel(Generic[K]):
         if not occ:
             return 0, 0, []
         n = self._n[level]
-        first = (self._c1, self._c2, self._c3, self._c4)[level - 1] + 1
+        if level == 1:
+            first = self._c1 + 1
+        elif level == 2:
+            first = self._c2 + 1
+        elif level == 3:
+            first = self._c3 + 1
+        else:
+            first = self._c4 + 1
         p = first % n
+        if occ >> p & 1:  # the very next slot (the common case on a busy level)
+            return first, p, self._rings[level][p]
         rot = ((occ >> p) | (occ << (n - p))) & ((1 << n) - 1)
         j = (rot & -rot).bit_length() - 1
         i = (p + j) % n
