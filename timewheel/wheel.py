@@ -485,13 +485,15 @@ class TimingWheel(Generic[K]):
         if not segs:
             return _FAR
         start, end = self._window(level, s)
-        start = max(start, self._last[level])
-        n = _size(segs)
-        chunk = self._chunk
         x = end - 1  # a small slot moves in one piece, just before its time
-        if n > chunk and end - 1 > start:
-            x = start - (-chunk * (end - 1 - start) // n)  # when a chunk's worth is owed
-        return max(x, self._T + 1)
+        chunk = self._chunk
+        if len(segs) > 1 or len(segs[0]) > chunk:
+            start = max(start, self._last[level])
+            n = _size(segs)
+            if n > chunk and x > start:
+                x = start - (-chunk * (x - start) // n)  # when a chunk's worth is owed
+        t = self._T + 1
+        return x if x > t else t
 
     def _events(self) -> int:
         """The earliest tick at which any level above 0 has cascade work (cached per level)."""
