@@ -26,7 +26,6 @@ import asyncio
 import cProfile
 import gc
 import io
-import itertools
 import platform
 import pstats
 import random
@@ -386,14 +385,13 @@ def trace_schedule(n: int) -> dict[str, float]:
             with lock:
                 pass
 
-    ids = itertools.count()
     return {
         "compact record (MemoryStore.add_pending)": per(record),
         "wheel insert (TimingWheel.add)": per(wheel_add),
         "a lock around it": per(locked),
         "the Job handle": per(lambda: [Job(s, "x") for _ in keys]),
-        "the generated id": per(lambda: [f"abcdef-{next(ids):x}" for _ in keys]),
-        "the clock": per(lambda: [s.clock.time() for _ in keys]),
+        "the generated id": per(lambda: [s._new_id() for _ in keys]),
+        "the clock": per(lambda: [s._time() for _ in keys]),
         "all of schedule()": per(lambda: [s.schedule(noop, delay=3600) for _ in keys]),
         "schedule() with the GC off": _gc_off(
             lambda: per(lambda: [s.schedule(noop, delay=3600) for _ in keys])
