@@ -239,6 +239,18 @@ def test_past_due_adds_fire_on_next_advance() -> None:
     w._check()
 
 
+def test_a_time_long_past_is_due_now_even_beyond_the_tick_range() -> None:
+    # -1e308 s is finite, but -1e308 * 1000 ticks is not: still a past time, due at once
+    w: TimingWheel[str] = TimingWheel(start=100.0)
+    w.add("ancient", -1e308)
+    w._check()
+    assert w.next_deadline() == -1e308
+    assert w.advance(100.0) == ["ancient"]
+    with pytest.raises(ValueError, match="finite"):
+        w.add("never", 1e308)  # the far-future side has no tick either: refused by name
+    assert "never" not in w
+
+
 def test_backwards_advance_does_not_move_time_back() -> None:
     w: TimingWheel[str] = TimingWheel(start=10.0)
     w.add("a", 20.0)

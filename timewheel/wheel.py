@@ -318,8 +318,10 @@ class TimingWheel(Generic[K]):
             due = _as_time("due", due)
         try:
             u = _floor(due * self._tps)
-        except (ValueError, OverflowError):  # NaN or infinite
-            raise _bad_time("due", due) from None
+        except (ValueError, OverflowError):  # NaN, infinite, or too far for a tick number
+            if due - due != 0.0 or due > self._now:
+                raise _bad_time("due", due) from None
+            u = self._T  # a finite time long past: due now
         if u < self._lim0:
             if due <= self._now:
                 u = self._T  # past due: the current tick
@@ -864,11 +866,12 @@ class TimingWheel(Generic[K]):
             if slot and i not in heap_pos:
                 fail(f"non-empty tick slot {i} is missing from the tick heap")
             for key, due in slot.items():
-                u = _floor(due * tps)
                 if due <= self._now:
                     if i != t % n[0]:
                         fail(f"past-due {key!r} due {due!r} not in the current tick slot")
-                elif not (t <= u < (self._c1 + 2) * w[1] and u % n[0] == i):
+                    continue
+                u = _floor(due * tps)
+                if not (t <= u < (self._c1 + 2) * w[1] and u % n[0] == i):
                     fail(f"{key!r} due {due!r} (tick {u}) misplaced in tick slot {i} at tick {t}")
 
         def check_segments(level: int, i: int, segs: list[dict[K, float]], name: str) -> None:
