@@ -46,6 +46,7 @@ WORKERS = ("w1", "w2", "w3")
 LEASE = 10.0
 MAX_RECOVERIES = 2
 MAX_TASKS = 30
+INLINE = ("inline", "default")  # the queues the scheduler machine's inline dispatcher serves
 # The wheel fires a task in the tick that holds its due time; allow that much slack when asking
 # "should this have fired by now?" (never when asking "did it run early?": there is no slack).
 SLACK = 0.002
@@ -87,23 +88,40 @@ class RecordingStore(MemoryStore):
         self._tasks = self.history
 
 
-class HistoryChecker:
-    """Checks each new snapshot in a :class:`RecordingStore`'s log against the previous one."""
+def recording_memory_store() -> tuple[MemoryStore, _History]:
+    """A plain ``MemoryStore`` (so ``Scheduler.schedule`` takes its compact fast path) whose task
+    table records every snapshot written to it. Compact records live outside that table until
+    their first change."""
+    store = MemoryStore()
+    history = _History()
+    store._tasks = history
+    return store, history
 
-    def __init__(self, store: RecordingStore) -> None:
-        self.store = store
+
+class HistoryChecker:
+    """Checks each new snapshot in a store's recorded log against the previous one.
+
+    A task in ``compact`` was scheduled as a compact record: PENDING at version 0 without a
+    snapshot, so its first recorded snapshot may also be its promotion (READY at version 1)."""
+
+    def __init__(self, history: _History, compact: set[str] | None = None) -> None:
+        self.history = history
+        self.compact = compact if compact is not None else set()
         self.last: dict[str, Task] = {}
         self.seen = 0
         self.moves: Counter[tuple[TaskState, TaskState]] = Counter()
 
     def check(self) -> None:
-        log = self.store.history.log
+        log = self.history.log
         for snap in log[self.seen :]:
             prev = self.last.get(snap.id)
             where = f"task {snap.id!r}: {prev and (prev.state.value, prev.version)} -> " + str(
                 (snap.state.value, snap.version)
             )
-            if prev is None:
+            if prev is None and snap.id in self.compact and snap.state is R:
+                assert snap.version == 1, where
+                self.moves[P, R] += 1
+            elif prev is None:
                 assert snap.state is P, where
                 assert snap.version == 0, where
             else:
@@ -148,7 +166,7 @@ class StoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.store = RecordingStore()
-        self.checker = HistoryChecker(self.store)
+        self.checker = HistoryChecker(self.store.history)
         self.now = 1_000_000.0
         self.model: dict[str, Task] = {}  # the expected current snapshot of each task
         self.n = 0
@@ -383,13 +401,18 @@ clock_steps = st.one_of(
 
 class SchedulerMachine(RuleBasedStateMachine):
     """A ``Scheduler`` on a ``FakeClock``; inline tasks run on advance, ``"ext"`` tasks are run by
-    simulated workers that may pull, claim, heartbeat, complete, fail or vanish."""
+    simulated workers that may pull, claim, heartbeat, complete, fail or vanish.
+
+    The store is a plain ``MemoryStore``, so a ``schedule()`` with only a delay (rule
+    ``schedule_plain``) takes the compact fast path; its tasks are in the ``"default"`` queue,
+    which the inline dispatcher serves too."""
 
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
-        self.store = RecordingStore()
-        self.checker = HistoryChecker(self.store)
+        self.store, history = recording_memory_store()
+        self.plain: set[str] = set()  # ids scheduled down the fast path
+        self.checker = HistoryChecker(history, self.plain)
         self.sched: Scheduler | None = None
         self.ids: list[str] = []
         self.queue_of: dict[str, str] = {}
@@ -397,6 +420,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.calls: Counter[str] = Counter()
         self.cancelled: set[str] = set()
         self.early: list[tuple[str, float, float]] = []
+        self.plain_id: dict[str, str] = {}  # the key a fast-path task was given -> its id
         self.pulled: dict[str, Task] = {}  # worker -> a READY snapshot pulled, not yet claimed
         self.held: dict[str, dict[str, Task]] = {w: {} for w in WORKERS}  # worker -> claims
 
@@ -405,7 +429,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.sched = Scheduler(
             clock=self.clock,
             store=self.store,
-            dispatcher=InlineDispatcher(queues=("inline",)),
+            dispatcher=InlineDispatcher(queues=INLINE),
             lease=LEASE,
             ready_capacity=capacity,
             max_lease_recoveries=MAX_RECOVERIES,
@@ -427,7 +451,32 @@ class SchedulerMachine(RuleBasedStateMachine):
             raise _Boom(f"{task_id} fails (call {self.calls[task_id]})")
         return "ok"
 
+    def _plain_body(self, key: str) -> str:
+        tid = self.plain_id[key]
+        now = self.clock.time()
+        due = self.store.get(tid).due
+        if now < due:
+            self.early.append((tid, now, due))
+        self.calls[tid] += 1
+        return "ok"
+
     # -- app-side rules -----------------------------------------------------------------------
+    @precondition(lambda self: len(self.ids) < MAX_TASKS)
+    @rule(delay=delays)
+    def schedule_plain(self, delay: float) -> None:
+        """``schedule(f, arg, delay=d)`` and nothing else: the compact fast path."""
+        key = f"p{len(self.ids)}"
+        before = len(self.store._lite)
+        job = self.s.schedule(self._plain_body, key, delay=delay)
+        assert len(self.store._lite) == before + 1, "the fast path keeps a compact record"
+        self.plain_id[key] = job.id
+        self.plain.add(job.id)
+        assert job.task.due == pytest.approx(self.clock.time() + delay, abs=1e-6)
+        assert job.task.queue == "default"
+        self.ids.append(job.id)
+        self.queue_of[job.id] = "default"
+        self.fail_times[job.id] = 0
+
     @precondition(lambda self: len(self.ids) < MAX_TASKS)
     @rule(
         delay=delays,
@@ -475,7 +524,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         now = self.clock.time()
         for t in self.store.tasks(state=P):
             assert t.due > now - SLACK, f"{t.id} due {t.due} still PENDING at {now}"
-        stuck = [t.id for t in self.store.tasks(state=R) if t.queue == "inline"]
+        stuck = [t.id for t in self.store.tasks(state=R) if t.queue in INLINE]
         if stuck:
             assert len(self.s.ready_queue) == self.s.ready_queue.capacity, stuck
 
@@ -653,7 +702,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert not self.early, self.early
         for tid in self.ids:
             t = self.store.get(tid)
-            if self.queue_of[tid] != "inline":
+            if self.queue_of[tid] not in INLINE:
                 continue
             # inline tasks run only in the dispatcher: their outcome follows from the script
             assert self.calls[tid] == t.attempts, (tid, self.calls[tid], t)
@@ -678,7 +727,7 @@ def test_machines_see_every_kind_of_move() -> None:
     """The recording store sees each snapshot: a scripted run covers the whole state table."""
     clock = FakeClock()
     store = RecordingStore()
-    checker = HistoryChecker(store)
+    checker = HistoryChecker(store.history)
     with Scheduler(
         clock=clock, store=store, dispatcher=InlineDispatcher(queues=("inline",)), lease=LEASE
     ) as sched:
