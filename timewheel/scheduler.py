@@ -25,6 +25,7 @@ from timewheel._ready import ReadyQueue
 from timewheel.clock import Clock, SystemClock, to_timestamp
 from timewheel.dispatch import Dispatcher, InlineDispatcher, ThreadPoolDispatcher
 from timewheel.errors import (
+    DuplicateKeyError,
     InvalidScheduleError,
     JobCancelledError,
     JobTimeoutError,
@@ -371,7 +372,6 @@ class Scheduler:
         self._waiting = 0  # threads in _wait (guarded by self._done)
         self._listeners: dict[str, list[Callable[[Event], object]]] = {e: [] for e in EVENTS}
         self._counts = dict.fromkeys(EVENTS, 0)
-        self._on_submitted = self._listeners["submitted"]  # the same list, kept in place
         # the fast path of schedule(): compact records in exactly our own memory store
         self._compact = self._store if type(self._store) is MemoryStore else None
         # the clock's time(); the system clock's own function when it is the plain system clock
@@ -595,9 +595,8 @@ class Scheduler:
                 now = self._time()
                 due = now + delay if at is None else at  # type: ignore[operator]
                 task_id = self._new_id()
-                watched = self._on_submitted
-                loop = self._loop
-                if due <= now and loop is not None and not watched:
+                watched = self._listeners["submitted"]
+                if due <= now and self._loop is not None and not watched:
                     # due now: straight to READY and onto the ready queue, in one store step
                     self._enqueue((mem.add_ready(task_id, func, args, due, now),))
                     self._counts["submitted"] += 1
@@ -607,15 +606,7 @@ class Scheduler:
                     self._count("submitted", self._store.get(task_id))
                 else:
                     self._counts["submitted"] += 1
-                if due <= now and loop is not None:
-                    self._promote([task_id], now)
-                    return Job(self, task_id)
-                with self._lock:
-                    self._wheel.add(task_id, due)  # a fresh id: never in the wheel already
-                if loop is not None:
-                    planned = loop._planned  # unlocked read: at worst wake() finds it moot
-                    if planned is None or due < planned:
-                        loop.wake(due)
+                self._place(task_id, due, now)
                 return Job(self, task_id)
         unknown = options.keys() - _SCHEDULE_OPTIONS
         if unknown:
@@ -921,8 +912,10 @@ class Scheduler:
             self._promote([task_id], now)
             return
         with self._lock:
-            if task_id not in self._wheel:
+            try:
                 self._wheel.add(task_id, due)
+            except DuplicateKeyError:
+                pass  # placed already (a task indexed again): it keeps its slot
         if loop is not None:
             loop.wake(due)
 

@@ -201,8 +201,6 @@ class TimingWheel(Generic[K]):
         "_stale",
         "_tick",
         "_tps",
-        "_w2",
-        "_w3",
         "_where",
     )
 
@@ -233,7 +231,6 @@ class TimingWheel(Generic[K]):
         self._tps = tps
         self._days = days
         self._W = (1, tps, 60 * tps, 3600 * tps, 86400 * tps)
-        self._w2, self._w3 = self._W[2], self._W[3]
         self._n = (2 * tps, 120, 120, 48, days)
         self._n0 = 2 * tps
         # Level 0: one dict per tick. Levels 1-4 (and overflow days): a list of dict segments
@@ -330,15 +327,18 @@ class TimingWheel(Generic[K]):
                 heappush(self._heap0, u)
         else:
             if u < self._lim1:
+                level = 1
                 i = u // self._tps % 120
                 segs = self._r1[i]
                 self._stale |= 2
             elif u < self._lim2:
-                i = u // self._w2 % 120
+                level = 2
+                i = u // self._W[2] % 120
                 segs = self._r2[i]
                 self._stale |= 4
             elif u < self._lim3:
-                i = u // self._w3 % 48
+                level = 3
+                i = u // self._W[3] % 48
                 segs = self._r3[i]
                 self._stale |= 8
             else:
@@ -347,15 +347,11 @@ class TimingWheel(Generic[K]):
             if segs:
                 slot = segs[-1]
                 if len(slot) >= SEGMENT:
-                    slot = self._new_segment(self._level_of(u), i, segs)
+                    slot = self._new_segment(level, i, segs)
             else:
-                slot = self._new_segment(self._level_of(u), i, segs)
+                slot = self._new_segment(level, i, segs)
         slot[key] = due
         index[key] = slot
-
-    def _level_of(self, u: int) -> int:
-        """The level (1-3) that ``add`` puts tick ``u`` in (``_lim0 <= u < _lim3``)."""
-        return 1 if u < self._lim1 else 2 if u < self._lim2 else 3
 
     def _add_far(self, key: K, due: float, u: int) -> None:
         """``add`` for the day level and the overflow."""

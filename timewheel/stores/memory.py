@@ -112,11 +112,25 @@ class MemoryStore:
         """The stored task, a compact one stored in full first (for a change to follow)."""
         t = self._tasks.get(task_id)
         if t is None:
-            rec = self._lite.pop(task_id, None)
+            rec = self._lite.get(task_id)
             if rec is not None:
-                t = _expand(task_id, rec, self._fns)
-                self._unref(rec)
-                self._put(None, t)
+                t = self._store_in_full(task_id, rec)
+        return t
+
+    def _store_in_full(
+        self,
+        task_id: str,
+        rec: tuple[Any, ...],
+        state: TaskState = _P,
+        version: int = 0,
+        updated: float | None = None,
+    ) -> Task:
+        """Replace the compact record *rec* of *task_id* by a full snapshot (*state*, *version*,
+        *updated* as given) and return it."""
+        del self._lite[task_id]
+        t = _expand(task_id, rec, self._fns, state, version, updated)
+        self._unref(rec)
+        self._put(None, t)
         return t
 
     def _unref(self, rec: tuple[Any, ...]) -> None:
@@ -275,8 +289,7 @@ class MemoryStore:
             DuplicateKeyError: a task with this id exists.
         """
         with self._lock:
-            if task_id in self._tasks or task_id in self._lite:
-                self._check_new(task_id)  # raises
+            self._check_new(task_id)
             fid = id(func)
             use = self._fns.get(fid)
             if use is None:
@@ -358,11 +371,8 @@ class MemoryStore:
                     rec = lite.get(tid)
                     if rec is None or rec[0] > now:
                         continue
-                    del lite[tid]  # straight from the compact record to READY
-                    new = _expand(tid, rec, self._fns, state=_R, version=1, updated=now)
-                    self._unref(rec)
-                    self._put(None, new)
-                    moved.append(new)
+                    # straight from the compact record to READY
+                    moved.append(self._store_in_full(tid, rec, _R, 1, now))
                     continue
                 if t.state is not _P or t.due > now or t.unmet > 0:
                     continue
