@@ -5,6 +5,8 @@ callers may catch either::
 
     TimewheelError
     ├── InvalidScheduleError      (ValueError)     bad delay/at/cron/every, due time, option
+    │   └── InvalidTypeError      (TypeError)      an option of the wrong type
+    ├── StoreConfigError          (ValueError)     a malformed store URL or store option
     ├── DuplicateKeyError         (ValueError)     key/id already present
     ├── TaskNotFoundError         (LookupError)    no task/key with that id
     ├── InvalidTransitionError    (ValueError)     a state change the transition table forbids
@@ -29,11 +31,13 @@ __all__ = [
     "DuplicateKeyError",
     "InvalidScheduleError",
     "InvalidTransitionError",
+    "InvalidTypeError",
     "JobCancelledError",
     "JobTimeoutError",
     "SchedulerStateError",
     "SchemaVersionError",
     "SerializationError",
+    "StoreConfigError",
     "StoreCorruptError",
     "StoreError",
     "TaskFailedError",
@@ -49,6 +53,17 @@ class TimewheelError(Exception):
 
 class InvalidScheduleError(TimewheelError, ValueError):
     """A schedule, due time or scheduling option is malformed or contradictory."""
+
+
+class InvalidTypeError(InvalidScheduleError, TypeError):
+    """A scheduling option has the wrong type (a string where seconds are expected, a bool ...).
+
+    Both an :class:`InvalidScheduleError` and a ``TypeError``, so either ``except`` catches it.
+    """
+
+
+class StoreConfigError(TimewheelError, ValueError):
+    """A store's configuration or URL is malformed (an unknown scheme, a bad option value)."""
 
 
 class DuplicateKeyError(TimewheelError, ValueError):
