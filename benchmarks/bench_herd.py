@@ -60,6 +60,7 @@ from timewheel.dispatch import NullDispatcher, ThreadPoolDispatcher
 from timewheel.scheduler import Scheduler
 from timewheel.task import Task, TaskState
 from timewheel.testing import FakeClock
+from timewheel.trigger import Trigger
 
 UTC = timezone.utc
 DAY = 86400.0
@@ -296,7 +297,7 @@ def _watch() -> list[tuple[str, Callable[[str, int, str], bool]]]:
     from croniter import croniter
 
     from timewheel import recurring, rules
-    from timewheel._ready import ReadyQueue
+    from timewheel.ready import ReadyQueue
     from timewheel.stores.memory import MemoryStore
 
     def fn(f: Any) -> Callable[[str, int, str], bool]:
@@ -310,9 +311,9 @@ def _watch() -> list[tuple[str, Callable[[str, int, str], bool]]]:
         last = first + len(lines)
         return lambda fl, ln, nm: fl == file and nm == "<listcomp>" and first <= ln < last
 
-    R, S = recurring.Recurring, Scheduler
+    R, T = recurring.Recurring, Trigger
     return [
-        ("Scheduler._tick", fn(S._tick)),
+        ("Trigger.fire", fn(T.fire)),
         ("Recurring.fire", fn(R.fire)),
         ("  Recurring.rule (rule cache)", fn(R.rule)),
         ("    scan of all cached rules", comp_in(R.rule)),
@@ -328,7 +329,7 @@ def _watch() -> list[tuple[str, Callable[[str, int, str], bool]]]:
         ("  MemoryStore.get_schedule", fn(MemoryStore.get_schedule)),
         ("MemoryStore.promote", fn(MemoryStore.promote)),
         ("Task.evolve", fn(Task.evolve)),
-        ("Scheduler._index (successors)", fn(S._index)),
+        ("Trigger.index (successors)", fn(T.index)),
         ("ReadyQueue.put", fn(ReadyQueue.put)),
     ]
 

@@ -314,7 +314,7 @@ def trace_lateness(n: int, window: float) -> dict[str, tuple[float, float, float
     started: dict[str, float] = {}
     done = Done(n)
     s = Scheduler(dispatcher=ThreadPoolDispatcher(workers=1))
-    promote, pull = s._promote, s.ready_queue.pull
+    promote, pull = s.runtime.trigger.promote, s.ready_queue.pull
 
     def traced_promote(ids: Any, now: float) -> None:
         t = time.time()
@@ -327,7 +327,7 @@ def trace_lateness(n: int, window: float) -> dict[str, tuple[float, float, float
             pulled[task.id] = time.time()
         return task
 
-    s._promote = traced_promote  # type: ignore[method-assign]
+    s.runtime.trigger.promote = traced_promote  # type: ignore[method-assign]
     s.ready_queue.pull = traced_pull  # type: ignore[method-assign]
     ids: list[str] = []
 
@@ -389,7 +389,7 @@ def trace_schedule(n: int) -> dict[str, float]:
         "compact record (MemoryStore.add_pending)": per(record),
         "wheel insert (TimingWheel.add)": per(wheel_add),
         "a lock around it": per(locked),
-        "the Job handle": per(lambda: [Job(s, "x") for _ in keys]),
+        "the Job handle": per(lambda: [Job(s.runtime, "x") for _ in keys]),
         "the generated id": per(lambda: [s._new_id() for _ in keys]),
         "the clock": per(lambda: [s._time() for _ in keys]),
         "all of schedule()": per(lambda: [s.schedule(noop, delay=3600) for _ in keys]),

@@ -138,7 +138,7 @@ def bench_e2e(
     for start in range(0, n, chunk):
         now = time.time()
         store.insert_many(_tasks([f"t{i:07d}" for i in range(start, min(n, start + chunk))], now))
-        due = [i for i, _ in store.due_before(now + 1e-3, limit=chunk)]
+        due = [i for i, *_ in store.due_before(now + 1e-3, limit=chunk)]
         store.promote(due, now)
     produced.set()
     results = _collect(q, procs)

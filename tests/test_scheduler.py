@@ -453,3 +453,38 @@ def test_null_dispatcher_only_triggers(clock: FakeClock) -> None:
             tw.TaskState.PENDING,
         ]
         assert len(s.ready_queue) == 0
+
+
+def test_an_id_with_an_at_sign_is_a_plain_task(clock: FakeClock, sched: tw.Scheduler) -> None:
+    """Recurring instances are told apart by their schedule field, never by the shape of the id."""
+    ran: list[str] = []
+    job = sched.schedule(ran.append, "mail", delay=60, id="user@example.com")
+    also = sched.schedule(ran.append, "now", delay=0, id="billing@2026")
+    clock.advance(minutes=2)
+    assert ran == ["now", "mail"]
+    assert job.task.schedule_id is None
+    assert also.done()
+    assert sched.statistics().missed_fires == 0
+
+
+def test_an_unknown_zone_is_refused_at_construction() -> None:
+    with pytest.raises(tw.InvalidScheduleError, match="Europe/Berln"):
+        tw.Scheduler(timezone="Europe/Berln")
+
+
+# options a type checker would refuse, passed as a user without one could
+STRAY: dict[str, Any] = {"recipient": "bob"}
+MISSPELT: dict[str, Any] = {"priorty": 3}
+RECURRING_ONLY: dict[str, Any] = {"misfire": "skip"}
+
+
+def test_a_stray_keyword_points_to_kwargs(sched: tw.Scheduler) -> None:
+    with pytest.raises(TypeError, match=r"kwargs=\{'recipient': \.\.\.\}"):
+        sched.schedule(print, delay=1, **STRAY)
+    with pytest.raises(TypeError, match="did you mean 'priority'"):
+        sched.schedule(print, delay=1, **MISSPELT)
+
+
+def test_recurring_options_on_a_one_shot_task_are_refused(sched: tw.Scheduler) -> None:
+    with pytest.raises(tw.InvalidScheduleError, match="misfire= applies to cron= and every="):
+        sched.schedule(print, delay=1, **RECURRING_ONLY)

@@ -565,7 +565,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert got is not None
             assert now >= got.due, f"{got.id} claimed at {now}, due {got.due}"
             self.held[owner][got.id] = got
-            self.s._started(got)  # what run_task does after a won claim (Engine protocol)
+            self.s.runtime.started(got)  # what run_task does after a won claim (Engine protocol)
         else:
             assert got is None
 
@@ -591,11 +591,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         cur = self.store.get(tid)
         holds = cur.state is RUN and cur.lease_owner == owner
         if outcome == "ok":
-            got = complete(self.s, claimed, owner, result="ok")
+            got = complete(self.s.runtime, claimed, owner, result="ok")
         elif outcome == "error":
-            got = complete(self.s, claimed, owner, exc=_Boom("worker error"))
+            got = complete(self.s.runtime, claimed, owner, exc=_Boom("worker error"))
         else:
-            got = complete(self.s, claimed, owner, timed_out=True)
+            got = complete(self.s.runtime, claimed, owner, timed_out=True)
         if not holds:
             assert got is None, "a late outcome was stored over another worker's run"
             assert self.store.get(tid) == cur
@@ -628,15 +628,15 @@ class SchedulerMachine(RuleBasedStateMachine):
         for tid in self.ids:
             t = self.store.get(tid)
             if t.state in TERMINAL_STATES:
-                assert tid not in self.s._wheel, f"terminal {tid} still in the wheel"
+                assert tid not in self.s.runtime.trigger, f"terminal {tid} still in the wheel"
             elif t.state is P:
-                assert tid in self.s._wheel, f"PENDING {tid} is in no wheel slot"
+                assert tid in self.s.runtime.trigger, f"PENDING {tid} is in no wheel slot"
             elif t.state is R and t.queue == "ext":
                 assert tid not in ready, f"READY {tid} of unserved queue 'ext' was queued"
             elif t.state is R:
                 queued = ready._ids.get(tid)  # the snapshot a worker would pull
                 fresh = queued is not None and queued.version == t.version
-                assert fresh or tid in pulled or self.s._backlog, (
+                assert fresh or tid in pulled or self.s.runtime.trigger.backlog, (
                     f"READY {tid} (v{t.version}) is neither queued (queued: {queued and queued.version}), "
                     "nor pulled by a worker, nor awaited by a refill"
                 )
@@ -647,7 +647,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 if not holders:
                     # its worker vanished: the lease expiry must come back as a deadline
                     assert t.lease_expires is not None
-                    deadline = self.s._fake_clock_deadline()
+                    deadline = self.clock.next_deadline()
                     assert deadline is not None
                     # one microsecond past the lease (durable stores keep microseconds)
                     assert deadline <= math.nextafter(t.lease_expires + 1e-6, math.inf)
@@ -682,7 +682,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.pulled.clear()
         for w in WORKERS:
             for claimed in self.held[w].values():
-                complete(self.s, claimed, w, result="ok")
+                complete(self.s.runtime, claimed, w, result="ok")
             self.held[w].clear()
         for _ in range(20):
             self.clock.advance(days=3)
@@ -692,8 +692,8 @@ class SchedulerMachine(RuleBasedStateMachine):
                     t.id, expected_version=t.version, owner="w1", lease_expires=now + LEASE, now=now
                 )
                 if got is not None:
-                    self.s._started(got)
-                    complete(self.s, got, "w1", result="ok")
+                    self.s.runtime.started(got)
+                    complete(self.s.runtime, got, "w1", result="ok")
             self.checker.check()
             if all(self.store.get(i).state in TERMINAL_STATES for i in self.ids):
                 break

@@ -154,7 +154,7 @@ def test_killed_workers_lose_no_task(tmp_path: Path) -> None:
                     requeued[t.id] += 1
                 except VersionConflictError:
                     pass
-            due = [i for i, _ in store.due_before(now + 0.001, limit=1000)]
+            due = [i for i, *_ in store.due_before(now + 0.001, limit=1000)]
             if due:
                 store.promote(due, now)
             busy = [k for k, (_, log) in enumerate(workers) if log.exists() and log.stat().st_size]

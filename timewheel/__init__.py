@@ -4,22 +4,31 @@ from __future__ import annotations
 
 from timewheel import testing as testing  # tw.testing.FakeClock without another import
 from timewheel.clock import Clock, SystemClock
+from timewheel.default import chain, cron, default_scheduler, every, schedule
 from timewheel.delayqueue import (
     DelayQueue,
     DelayQueueStatistics,
     DelayToken,
     QueueShutDownError,
 )
-from timewheel.dispatch import Dispatcher, InlineDispatcher, NullDispatcher, ThreadPoolDispatcher
+from timewheel.dispatch import (
+    Dispatcher,
+    Engine,
+    InlineDispatcher,
+    NullDispatcher,
+    ThreadPoolDispatcher,
+)
 from timewheel.errors import (
     DuplicateKeyError,
     InvalidScheduleError,
     InvalidTransitionError,
+    InvalidTypeError,
     JobCancelledError,
     JobTimeoutError,
     SchedulerStateError,
     SchemaVersionError,
     SerializationError,
+    StoreConfigError,
     StoreCorruptError,
     StoreError,
     TaskFailedError,
@@ -27,22 +36,12 @@ from timewheel.errors import (
     TimewheelError,
     VersionConflictError,
 )
+from timewheel.events import Event
+from timewheel.jobs import Job, Step, TaskFunction, step
 from timewheel.recurring import Registry, Schedule
 from timewheel.rules import CronRule, IntervalRule, Misfire, Overlap
-from timewheel.scheduler import (
-    Event,
-    Job,
-    Scheduler,
-    SchedulerStatistics,
-    Step,
-    TaskFunction,
-    chain,
-    cron,
-    default_scheduler,
-    every,
-    schedule,
-    step,
-)
+from timewheel.runtime import SchedulerStatistics
+from timewheel.scheduler import Scheduler
 from timewheel.stores import MemoryStore, Store
 from timewheel.task import Retry, Task, TaskState
 from timewheel.wheel import TimingWheel
@@ -57,11 +56,13 @@ __all__ = [
     "DelayToken",
     "Dispatcher",
     "DuplicateKeyError",
+    "Engine",
     "Event",
     "InlineDispatcher",
     "IntervalRule",
     "InvalidScheduleError",
     "InvalidTransitionError",
+    "InvalidTypeError",
     "Job",
     "JobCancelledError",
     "JobTimeoutError",
@@ -80,6 +81,7 @@ __all__ = [
     "SerializationError",
     "Step",
     "Store",
+    "StoreConfigError",
     "StoreCorruptError",
     "StoreError",
     "SystemClock",

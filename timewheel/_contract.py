@@ -683,7 +683,7 @@ def check_finish_retry(store: Store) -> None:
     ), f"a retry is PENDING at the new due ({t!r})"
     assert t.lease_owner is None, "a retry clears the lease"
     assert t.lease_expires is None, "a retry clears the lease"
-    assert store.due_before(T0 + 12, limit=10) == [("a", T0 + 11)], "the retry is due again"
+    assert store.due_before(T0 + 12, limit=10) == [("a", T0 + 11, None)], "the retry is due again"
     assert store.promote(["a"], T0 + 5) == [], "not before its new due time"
     _ready(store, "a", now=T0 + 11)
     c = store.claim_next(owner="w2", lease_expires=T0 + 60, now=T0 + 11, limit=1)
@@ -719,13 +719,21 @@ def check_due_before(store: Store) -> None:
     _ready(store, "r")
     store.transition("x", expected_version=0, state=S.CANCELLED, now=T0)
     got = store.due_before(T0 + 10, limit=100)
-    assert got == [("a", T0 + 1), ("b", T0 + 2), ("c", T0 + 3)], (
+    assert got == [("a", T0 + 1, None), ("b", T0 + 2, None), ("c", T0 + 3, None)], (
         "due_before lists PENDING tasks with unmet == 0 and due < until, earliest first "
         f"(got {got})"
     )
-    assert store.due_before(T0 + 10, limit=2) == [("a", T0 + 1), ("b", T0 + 2)], "limit applies"
-    assert store.due_before(T0 + 11, limit=100)[-1] == ("edge", T0 + 10)
+    assert store.due_before(T0 + 10, limit=2) == [("a", T0 + 1, None), ("b", T0 + 2, None)], (
+        "limit applies"
+    )
+    assert store.due_before(T0 + 11, limit=100)[-1] == ("edge", T0 + 10, None)
     assert store.due_before(T0, limit=100) == [], "nothing is due before T0"
+    store.insert(_task("s@1", due=T0 + 20, schedule_id="s"))
+    store.insert(_task("user@example.com", due=T0 + 21))
+    assert store.due_before(T0 + 22, limit=100)[-2:] == [
+        ("s@1", T0 + 20, "s"),
+        ("user@example.com", T0 + 21, None),
+    ], "due_before names the schedule of a recurring instance, by its field, not its id"
 
 
 def check_ready_listing(store: Store) -> None:
@@ -857,7 +865,7 @@ def check_dep_unmet_at_insert(store: Store) -> None:
             assert t.unmet == unmet, f"{when} after {after}: unmet {t.unmet}, expected {unmet}"
         assert store.get(tid) == t, "insert's result is what get returns"
     assert store.get("d4").error, "an UPSTREAM_FAILED task says why"
-    due = [i for i, _ in store.due_before(T0 + 1, limit=100)]
+    due = [i for i, *_ in store.due_before(T0 + 1, limit=100)]
     assert "d3" in due, f"only tasks with unmet == 0 are due (got {due})"
     assert "d6" in due, f"only tasks with unmet == 0 are due (got {due})"
     assert "d1" not in due, f"only tasks with unmet == 0 are due (got {due})"

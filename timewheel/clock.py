@@ -14,9 +14,9 @@ from __future__ import annotations
 import threading
 import time as _time
 from datetime import datetime, timezone
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Clock", "SystemClock", "to_datetime", "to_timestamp"]
+__all__ = ["Clock", "Driven", "DrivingClock", "SystemClock", "to_datetime", "to_timestamp"]
 
 UTC = timezone.utc
 
@@ -46,6 +46,42 @@ class Clock(Protocol):
         *timeout* is measured on this clock's own timeline. Spurious returns are allowed: callers
         re-check their predicate and their deadline (from :meth:`monotonic`) in a loop.
         """
+        ...
+
+
+@runtime_checkable
+class Driven(Protocol):
+    """**Protocol:** work that a :class:`DrivingClock` steps deadline by deadline.
+
+    A scheduler's trigger and a ``DelayQueue`` implement it. A clock that drives time itself (the
+    test clock ``timewheel.testing.FakeClock``) asks every attached ``Driven`` for its next deadline,
+    moves to the earliest, and calls :meth:`fire` there; the real-time trigger loop does the same on
+    the system clock, sleeping in between.
+    """
+
+    def next_deadline(self) -> float | None:
+        """The earliest instant (epoch seconds) at which work becomes due, or ``None``."""
+        ...
+
+    def fire(self, now: float) -> list[Any]:
+        """Do everything due at *now*; return what ran in the calling thread (may be empty)."""
+        ...
+
+
+@runtime_checkable
+class DrivingClock(Clock, Protocol):
+    """**Protocol:** a clock that moves only when told to, and then fires the due work itself.
+
+    Instead of sleeping in a thread, what runs on such a clock attaches a :class:`Driven` and is
+    stepped through its deadlines as the clock is advanced (``FakeClock.advance``).
+    """
+
+    def attach(self, driven: Driven) -> None:
+        """Step *driven* through its deadlines whenever the clock advances."""
+        ...
+
+    def detach(self, driven: Driven) -> None:
+        """Stop stepping *driven*. Idempotent."""
         ...
 
 

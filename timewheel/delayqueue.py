@@ -43,7 +43,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from timewheel import refs
-from timewheel.clock import Clock, SystemClock, to_datetime, to_timestamp
+from timewheel.clock import Clock, DrivingClock, SystemClock, to_datetime, to_timestamp
 from timewheel.errors import (
     InvalidScheduleError,
     InvalidTransitionError,
@@ -54,6 +54,7 @@ from timewheel.errors import (
 )
 from timewheel.stores.base import Store
 from timewheel.task import Task, TaskState
+from timewheel.validate import seconds
 from timewheel.wheel import TimingWheel
 
 __all__ = [
@@ -167,27 +168,10 @@ class _Timeout:
         self.expired = False
 
 
-def _seconds(value: object, name: str) -> float:
-    if isinstance(value, timedelta):
-        f = value.total_seconds()
-    elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            f"{name} must be a number of seconds or a timedelta (got {value!r} that is a "
-            f"{type(value).__name__})"
-        )
-    else:
-        f = float(value)
-    if not math.isfinite(f):
-        raise InvalidScheduleError(
-            f"{name} must be finite (got {value!r}); pass a number of seconds"
-        )
-    return f
-
-
 def _timeout(timeout: object) -> float | None:
     if timeout is None:
         return None
-    t = _seconds(timeout, "timeout")
+    t = seconds(timeout, "timeout")
     if t < 0:
         raise InvalidScheduleError(
             f"timeout must be a non-negative number of seconds (got {timeout!r}); pass None to "
@@ -276,9 +260,12 @@ class DelayQueue(Generic[T]):
         if store is not None:
             start = self._reload(store)
         self._seq = itertools.count(start)
-        self._fake = hasattr(self._clock, "_attach")
-        if self._fake:
-            self._clock._attach(self)  # type: ignore[attr-defined]  # FakeClock's driving hook
+        # on a clock that drives time itself (FakeClock), the clock steps this queue's deadlines
+        self._driver: _QueueDriver | None = None
+        self._fake = isinstance(self._clock, DrivingClock)
+        if isinstance(self._clock, DrivingClock):
+            self._driver = _QueueDriver(self)
+            self._clock.attach(self._driver)
 
     # -- putting ------------------------------------------------------------------------------
     def put(
@@ -382,7 +369,7 @@ class DelayQueue(Generic[T]):
                 f"pass exactly one of delay= and at= (got delay={delay!r} and at={at!r})"
             )
         if delay is not None:
-            due = self._clock.time() + _seconds(delay, "delay")
+            due = self._clock.time() + seconds(delay, "delay")
             if not math.isfinite(due):
                 raise InvalidScheduleError(f"delay={delay!r} puts the due time beyond any date")
             return due
@@ -394,7 +381,7 @@ class DelayQueue(Generic[T]):
                     f"at= is an instant (aware datetime or epoch seconds), got the duration {at!r}; "
                     "pass it as delay= instead"
                 )
-            return _seconds(at, "at")
+            return seconds(at, "at")
         raise InvalidScheduleError(
             "pass exactly one of delay= or at= (e.g. delay=600 for ten minutes from now, or "
             "at=datetime(2026, 3, 29, 12, 0, tzinfo=timezone.utc))"
@@ -684,8 +671,8 @@ class DelayQueue(Generic[T]):
                 self._pending.clear()
             self._not_empty.notify_all()
             self._not_full.notify_all()
-        if self._fake:
-            self._clock._detach(self)  # type: ignore[attr-defined]  # FakeClock's driving hook
+        if self._driver is not None and isinstance(self._clock, DrivingClock):
+            self._clock.detach(self._driver)
 
     def __enter__(self) -> DelayQueue[T]:
         return self
@@ -806,8 +793,8 @@ class DelayQueue(Generic[T]):
         heapq.heapify(self._pending)
         return top + 1
 
-    # -- FakeClock driving --------------------------------------------------------------------
-    def _fake_clock_deadline(self) -> float | None:
+    # -- driven by a DrivingClock (FakeClock) ------------------------------------------------------
+    def _next_deadline(self) -> float | None:
         with self._lock:
             d = self._wheel.next_deadline()
             for t in self._timeouts:
@@ -815,7 +802,7 @@ class DelayQueue(Generic[T]):
                     d = t.end
             return d
 
-    def _fake_clock_fire(self, now: float) -> list[Any]:
+    def _fire(self, now: float) -> list[Any]:
         with self._lock:
             if self._discarded:
                 return []
@@ -835,3 +822,19 @@ class DelayQueue(Generic[T]):
             f"<DelayQueue {self.name!r}{state} items={len(self._entries)} ready={self._nready} "
             f"clock={self._clock!r}>"
         )
+
+
+class _QueueDriver:
+    """The :class:`~timewheel.clock.Driven` side of a queue on a clock that drives time: the clock
+    asks for the next deadline (an item or a blocked call's timeout) and fires it there."""
+
+    __slots__ = ("__weakref__", "_queue")
+
+    def __init__(self, queue: DelayQueue[Any]) -> None:
+        self._queue = queue
+
+    def next_deadline(self) -> float | None:
+        return self._queue._next_deadline()
+
+    def fire(self, now: float) -> list[Any]:
+        return self._queue._fire(now)

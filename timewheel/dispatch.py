@@ -20,6 +20,7 @@ taken over is ignored.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -27,8 +28,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from timewheel._ready import ReadyQueue
 from timewheel.clock import Clock
+from timewheel.ready import ReadyQueue
 from timewheel.stores.base import Changed, Store
 from timewheel.task import Task, TaskState
 
@@ -39,6 +40,7 @@ __all__ = [
     "NullDispatcher",
     "ThreadPoolDispatcher",
     "complete",
+    "run_claimed",
     "run_task",
 ]
 
@@ -49,33 +51,65 @@ _UNRESOLVED: set[str] = set()  # references already reported as unresolvable in 
 
 @runtime_checkable
 class Engine(Protocol):
-    """**Protocol:** what a dispatcher needs from the scheduler that owns it."""
+    """**Protocol:** the runtime side a dispatcher calls (a scheduler's ``Runtime``).
+
+    A run is: pull a READY snapshot from :attr:`ready_queue`, :meth:`resolve` its function,
+    :meth:`claim` it (or :meth:`claim_batch` several straight from the store), call
+    :meth:`started`, call the function, store the outcome with :func:`complete` (which calls
+    :meth:`finished`), and keep the lease alive with ``store.heartbeat`` while it runs.
+    :func:`run_task` does all of it for one pulled snapshot.
+    """
 
     @property
-    def store(self) -> Store: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def ready_queue(self) -> ReadyQueue: ...
-    @property
-    def lease(self) -> float: ...
+    def store(self) -> Store:
+        """The store the tasks live in."""
+        ...
 
-    def _resolve(self, task: Task) -> Callable[..., Any]:
+    @property
+    def clock(self) -> Clock:
+        """The clock leases and lateness are measured on."""
+        ...
+
+    @property
+    def ready_queue(self) -> ReadyQueue:
+        """The queue the trigger fills with READY tasks."""
+        ...
+
+    @property
+    def lease(self) -> float:
+        """Seconds a claim lasts without a heartbeat."""
+        ...
+
+    def resolve(self, task: Task) -> Callable[..., Any]:
         """The callable for *task* (raises ``SerializationError`` if it cannot be resolved)."""
         ...
 
-    def _started(self, task: Task) -> None:
+    def claim(self, task: Task, owner: str) -> Task | None:
+        """Claim a pulled READY snapshot for *owner* (compare-and-swap); None if the swap lost."""
+        ...
+
+    def claim_batch(self, owner: str, limit: int, queues: Sequence[str] | None) -> list[Task]:
+        """Claim up to *limit* READY tasks of *queues* from the store in one step."""
+        ...
+
+    def started(self, task: Task) -> None:
         """Called once a claim succeeded, before the function runs."""
         ...
 
-    def _finished(self, changed: Changed, exc: BaseException | None, event: str) -> None:
+    def finished(self, changed: Changed, exc: BaseException | None, event: str) -> None:
         """Called after a run's outcome is stored (*event*: succeeded/failed/retried/timed_out)."""
         ...
 
 
 @runtime_checkable
 class Dispatcher(Protocol):
-    """**Protocol:** runs READY tasks pulled from an engine's ready queue."""
+    """**Protocol:** runs READY tasks pulled from an engine's ready queue.
+
+    ``queues`` names the queues served (``None``: all); the trigger queues only those here, and
+    leaves the others READY in the store for workers elsewhere.
+    """
+
+    queues: Sequence[str] | None
 
     def start(self, engine: Engine) -> None:
         """Begin serving *engine*. Called once by ``Scheduler.start()``."""
@@ -91,6 +125,11 @@ class Dispatcher(Protocol):
 
     def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> None:
         """Stop claiming; finish (wait) or release in-flight tasks back to READY."""
+        ...
+
+    def beat(self) -> None:
+        """Extend the lease of every task running here, now (a clock that jumps, such as a
+        ``FakeClock``, calls it before looking for expired leases)."""
         ...
 
 
@@ -147,7 +186,7 @@ def complete(
             owner,
         )
         return None
-    engine._finished(changed, exc, event)
+    engine.finished(changed, exc, event)
     return changed
 
 
@@ -158,37 +197,45 @@ def run_task(
 
     Returns the claimed snapshot (RUNNING) if this call ran it, else None (claim lost).
     """
-    clock = engine.clock
-    store = engine.store
     try:
-        func = engine._resolve(task)
+        func = engine.resolve(task)
     except Exception as e:
-        # it stays READY for a worker that can import it; say so once per reference, not once
-        # per task per poll
-        ref = task.func_name
-        if ref not in _UNRESOLVED:
-            _UNRESOLVED.add(ref)
-            log.error(
-                "tasks calling %s are not claimed here (they stay READY for a worker that can "
-                "import it): %s",
-                ref,
-                e,
-            )
+        _report_unresolved(task, e)
         return None
-    now = clock.time()
-    claimed = store.claim(
-        task.id,
-        expected_version=task.version,
-        owner=owner,
-        lease_expires=now + engine.lease,
-        now=now,
-    )
+    claimed = engine.claim(task, owner)
     if claimed is None:
         return None
+    run_claimed(engine, claimed, owner, func, running)
+    return claimed
+
+
+def _report_unresolved(task: Task, error: Exception) -> None:
+    # it stays READY for a worker that can import it; say so once per reference, not once per
+    # task per poll
+    ref = task.func_name
+    if ref not in _UNRESOLVED:
+        _UNRESOLVED.add(ref)
+        log.error(
+            "tasks calling %s are not claimed here (they stay READY for a worker that can "
+            "import it): %s",
+            ref,
+            error,
+        )
+
+
+def run_claimed(
+    engine: Engine,
+    claimed: Task,
+    owner: str,
+    func: Callable[..., Any],
+    running: _Running | None = None,
+) -> None:
+    """Run a task *owner* has claimed and store the outcome (retries applied)."""
+    clock = engine.clock
     if running is not None:
         running.add(claimed, owner, clock.monotonic())
     try:
-        engine._started(claimed)
+        engine.started(claimed)
         started = clock.monotonic()
         try:
             result = func(*claimed.args, **claimed.kwargs)
@@ -208,7 +255,6 @@ def run_task(
     finally:
         if running is not None:
             running.remove(claimed.id, owner)
-    return claimed
 
 
 class _Running:
@@ -250,7 +296,7 @@ class NullDispatcher:
     in other processes (``timewheel worker``) to claim. For a process that only triggers, and for
     measuring the trigger side alone."""
 
-    queues: tuple[str, ...] = ()
+    queues: Sequence[str] | None = ()
 
     def start(self, engine: Engine) -> None:
         """Nothing to start."""
@@ -264,6 +310,9 @@ class NullDispatcher:
     def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> None:
         """Nothing to stop."""
 
+    def beat(self) -> None:
+        """Nothing runs here."""
+
     def __repr__(self) -> str:
         return "NullDispatcher()"
 
@@ -276,7 +325,7 @@ class InlineDispatcher:
     """
 
     def __init__(self, queues: Sequence[str] | None = None) -> None:
-        self.queues = None if queues is None else tuple(queues)
+        self.queues: Sequence[str] | None = None if queues is None else tuple(queues)
         self._engine: Engine | None = None
         self._owner = f"inline:{_owner_prefix()}"
 
@@ -301,6 +350,9 @@ class InlineDispatcher:
     def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> None:
         self._engine = None
 
+    def beat(self) -> None:
+        """Nothing to extend: a task runs to its end inside the call that advanced the clock."""
+
     def __repr__(self) -> str:
         return f"InlineDispatcher(queues={self.queues!r})"
 
@@ -312,6 +364,9 @@ class ThreadPoolDispatcher:
         workers: worker threads (default: ``min(32, cpu_count + 4)``).
         queues: the queue names served (None: all).
         heartbeat: seconds between lease extensions (default: a third of the engine's lease).
+        claim_batch: with a durable store, the most tasks one worker claims in one store step
+            when the ready queue holds work for every worker (one transaction for several
+            claims); the rest of a batch waits, leased and heartbeated, for that worker.
 
     A task that overruns its ``timeout`` is abandoned: it is stored as TIMED_OUT (or retried), its
     eventual result is discarded, and a replacement worker keeps the pool at full strength (a
@@ -324,13 +379,17 @@ class ThreadPoolDispatcher:
         *,
         queues: Sequence[str] | None = None,
         heartbeat: float | None = None,
+        claim_batch: int = 8,
     ) -> None:
         if workers is None:
             workers = min(32, (os.cpu_count() or 1) + 4)
         if workers < 1:
             raise ValueError(f"workers must be >= 1 (got {workers})")
+        if claim_batch < 1:
+            raise ValueError(f"claim_batch must be >= 1 (got {claim_batch})")
         self.workers = workers
-        self.queues = None if queues is None else tuple(queues)
+        self.queues: Sequence[str] | None = None if queues is None else tuple(queues)
+        self.claim_batch = claim_batch
         self._heartbeat = heartbeat
         self._engine: Engine | None = None
         self._threads: list[threading.Thread] = []
@@ -341,6 +400,7 @@ class ThreadPoolDispatcher:
         self._hb_cond = threading.Condition()
         self._prefix = _owner_prefix()
         self._seq = 0
+        self._last_probe = -math.inf
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, engine: Engine) -> None:
@@ -375,20 +435,84 @@ class ThreadPoolDispatcher:
         engine = self._engine
         assert engine is not None
         ready = engine.ready_queue
+        # A durable store claims through its batched claim: one transaction for several tasks,
+        # highest priority then earliest due across every process's READY work, skipping tasks
+        # whose function does not import here. The memory store claims the pulled snapshot.
+        batched = engine.store.durable
         while not self._stop.is_set():
             task = ready.pull(self.queues, timeout=0.5)
-            if task is None:
+            if task is None and not (batched and self._probe_due(engine)):
                 continue
             if self._stop.is_set():
                 break  # it stays READY in the store
             try:
-                run_task(engine, task, owner, self._running)
-            except Exception:  # pragma: no cover - run_task already guards; belt and braces
-                log.exception("worker %s: unexpected error", owner)
+                if task is None:
+                    # idle: one worker a second asks the store itself, which finds READY work
+                    # no snapshot announced and lets the store use the quiet moment (its idle
+                    # WAL checkpoint)
+                    self._run_batch(engine, owner, limit=1)
+                elif batched:
+                    self._run_batch(engine, owner)
+                else:
+                    run_task(engine, task, owner, self._running)
+            except Exception:  # a store error must not end the worker: the next pull retries
+                log.exception("worker %s: error while claiming or running", owner)
             with self._lock:
                 if owner in self._abandoned:
                     self._abandoned.discard(owner)
                     return  # a replacement took this worker's place
+
+    def _probe_due(self, engine: Engine) -> bool:
+        now = engine.clock.monotonic()
+        with self._lock:
+            if now - self._last_probe < 1.0:
+                return False
+            self._last_probe = now
+            return True
+
+    def _run_batch(self, engine: Engine, owner: str, limit: int | None = None) -> None:
+        """Claim a batch from the store (a pulled snapshot said work is there) and run it."""
+        if limit is None:
+            ready = engine.ready_queue
+            limit = max(1, min(self.claim_batch, 1 + len(ready) // self.workers))
+            for _ in range(limit - 1):  # the batch stands for these snapshots too
+                if ready.pull_nowait(self.queues) is None:
+                    break
+        claimed = engine.claim_batch(owner, limit, self.queues)
+        start = engine.clock.monotonic()
+        for task in claimed:  # leased from now: the heartbeat covers the ones still waiting
+            self._running.add(task, owner, start)
+        for task in claimed:
+            if self._stop.is_set():
+                return  # shutdown releases what is still waiting back to READY
+            try:
+                func = engine.resolve(task)
+            except Exception as e:
+                _report_unresolved(task, e)
+                self._release(engine, task, owner, "its function does not import here")
+                continue
+            run_claimed(engine, task, owner, func, self._running)
+            with self._lock:
+                abandoned = owner in self._abandoned
+            if abandoned:
+                # timed out: a replacement worker serves on; hand back what this one still holds
+                for rest in claimed[claimed.index(task) + 1 :]:
+                    self._release(engine, rest, owner, "its worker timed out on another task")
+                return
+
+    def _release(self, engine: Engine, task: Task, owner: str, why: str) -> None:
+        """Give a claimed, not started task back: READY again at once, not after its lease."""
+        try:
+            engine.store.finish(
+                task.id,
+                owner=owner,
+                state=TaskState.READY,
+                now=engine.clock.time(),
+                error=f"released: {why}",
+            )
+        except Exception:
+            log.exception("task %r: release failed (it runs again after its lease)", task.id)
+        self._running.remove(task.id, owner)
 
     def _heartbeat_loop(self) -> None:
         engine = self._engine

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from timewheel.clock import to_datetime
 from timewheel.errors import (
@@ -33,13 +33,22 @@ from timewheel.errors import (
     TaskNotFoundError,
     VersionConflictError,
 )
+from timewheel.jobs import Job
 from timewheel.rules import Misfire, Overlap, Rule, make_rule, plan_misfires, rule_from_spec
+from timewheel.stores.base import Store
 from timewheel.task import ScheduleRecord, Task, TaskState
+from timewheel.trigger import FirePlan
+from timewheel.validate import count, seconds
 
-if TYPE_CHECKING:
-    from timewheel.scheduler import Job, Scheduler
-
-__all__ = ["Registry", "Schedule", "instance_id", "slot_of"]
+__all__ = [
+    "Recurring",
+    "RecurringHost",
+    "Registry",
+    "Schedule",
+    "instance_id",
+    "interval_of",
+    "slot_of",
+]
 
 _P = TaskState.PENDING
 _BUSY = (TaskState.READY, TaskState.RUNNING)
@@ -103,16 +112,16 @@ class Schedule:
     schedule and cancels its instances that have not started.
     """
 
-    __slots__ = ("_sched", "id")
+    __slots__ = ("_recurring", "id")
 
-    def __init__(self, scheduler: Scheduler, schedule_id: str) -> None:
-        self._sched = scheduler
+    def __init__(self, recurring: Recurring, schedule_id: str) -> None:
+        self._recurring = recurring
         self.id = schedule_id
 
     @property
     def record(self) -> ScheduleRecord:
         """The stored schedule. Raises ``TaskNotFoundError`` once it is cancelled."""
-        rec = self._sched.store.get_schedule(self.id)
+        rec = self._recurring.store.get_schedule(self.id)
         if rec is None:
             raise TaskNotFoundError(f"no schedule with id {self.id!r} (cancelled?)")
         return rec
@@ -120,7 +129,7 @@ class Schedule:
     @property
     def rule(self) -> Rule:
         """The recurrence rule."""
-        return self._sched._recurring.rule(self.record)
+        return self._recurring.rule(self.record)
 
     @property
     def paused(self) -> bool:
@@ -130,45 +139,48 @@ class Schedule:
     @property
     def next_run(self) -> datetime | None:
         """When the next instance is due (None when paused, cancelled or exhausted)."""
-        head = self._sched._recurring.head(self.id)
+        head = self._recurring.head(self.id)
         return None if head is None else to_datetime(head.due)
 
     @property
     def last_job(self) -> Job | None:
         """The most recently triggered instance (any state but PENDING), or None."""
-        from timewheel.scheduler import Job
-
-        tasks = [t for t in self._sched.store.tasks(schedule_id=self.id) if t.state is not _P]
+        store = self._recurring.store
+        tasks = [t for t in store.tasks(schedule_id=self.id) if t.state is not _P]
         if not tasks:
             return None
-        return Job(self._sched, max(tasks, key=lambda t: (slot_of(t.id), t.updated)).id)
+        latest = max(tasks, key=lambda t: (float(t.extra.get("slot", t.due)), t.updated))
+        return self._recurring.host.job(latest.id)
 
     def jobs(self) -> list[Job]:
         """Handles of every stored instance, earliest due first."""
-        from timewheel.scheduler import Job
-
-        return [Job(self._sched, t.id) for t in self._sched.store.tasks(schedule_id=self.id)]
+        job = self._recurring.host.job
+        return [job(t.id) for t in self._recurring.store.tasks(schedule_id=self.id)]
 
     def pause(self) -> None:
         """Stop materializing instances; the pending instance is cancelled."""
-        self._sched._recurring.set_paused(self.id, True)
+        self._recurring.set_paused(self.id, True)
 
     def resume(self) -> None:
         """Resume at the rule's first slot after now."""
-        self._sched._recurring.set_paused(self.id, False)
+        self._recurring.set_paused(self.id, False)
 
     def cancel(self) -> bool:
         """Delete the schedule and cancel its instances that have not started."""
-        return self._sched._recurring.delete(self.id)
+        return self._recurring.delete(self.id)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Schedule) and other.id == self.id and other._sched is self._sched
+        return (
+            isinstance(other, Schedule)
+            and other.id == self.id
+            and other._recurring is self._recurring
+        )
 
     def __hash__(self) -> int:
         return hash(self.id)
 
     def __repr__(self) -> str:
-        rec = self._sched.store.get_schedule(self.id)
+        rec = self._recurring.store.get_schedule(self.id)
         if rec is None:
             return f"<Schedule {self.id!r} cancelled>"
         nr = self.next_run
@@ -224,7 +236,7 @@ class Registry:
         **options: Any,
     ) -> Callable[[Callable[..., Any]], Any]:
         """Register ``func`` to run every *interval* (or the sum of the keyword amounts)."""
-        every = _interval(interval, seconds, minutes, hours, days)
+        every = interval_of(interval, seconds, minutes, hours, days)
 
         def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
             self._entries.append(_Entry("every", func, {"every": every, **options}))
@@ -239,9 +251,10 @@ class Registry:
         return iter(self._entries)
 
 
-def _interval(
+def interval_of(
     interval: float | timedelta | None, seconds: float, minutes: float, hours: float, days: float
 ) -> float | timedelta:
+    """The period of ``every(interval)`` or ``every(seconds=, minutes=, hours=, days=)``."""
     parts = seconds + 60 * minutes + 3600 * hours + 86400 * days
     if interval is not None and parts:
         raise InvalidScheduleError("pass an interval or seconds=/minutes=/hours=/days=, not both")
@@ -252,25 +265,57 @@ def _interval(
     return float(parts)
 
 
-@dataclass(frozen=True, slots=True)
-class FirePlan:
-    """What to do with a batch of fired instance ids (see :meth:`Recurring.fire`)."""
+class RecurringHost(Protocol):
+    """**Protocol:** what :class:`Recurring` needs from the runtime it plans for."""
 
-    run: list[str]
-    successors: list[Task]
-    skipped: list[tuple[Task, str]]
-    missed: int
+    @property
+    def store(self) -> Store:
+        """Where schedules and their instances live."""
+        ...
+
+    @property
+    def clock(self) -> Any:
+        """The runtime's clock (``time()`` is read)."""
+        ...
+
+    @property
+    def timezone(self) -> str:
+        """The default zone of cron schedules."""
+        ...
+
+    def index(self, task: Task) -> None:
+        """Put a new PENDING instance in the trigger's wheel."""
+        ...
+
+    def unindex(self, ids: Sequence[str]) -> None:
+        """Take instances out of the trigger's wheel."""
+        ...
+
+    def cancel(self, task_id: str) -> bool:
+        """Cancel a PENDING or READY instance."""
+        ...
+
+    def job(self, task_id: str) -> Job:
+        """A handle on an instance."""
+        ...
 
 
 class Recurring:
-    """The scheduler's recurring-schedule logic (one per scheduler; thread-safe)."""
+    """The runtime's recurring-schedule logic: creating series, planning fired instances (the
+    trigger's :class:`~timewheel.trigger.InstancePlanner`), pause, resume and delete. One per
+    runtime; thread-safe."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
-        self._s = scheduler
+    def __init__(self, host: RecurringHost) -> None:
+        self.host = host
         self._lock = threading.RLock()
         self._rules: dict[str, tuple[int, Rule]] = {}  # schedule id -> (version, rule)
         self._held: dict[str, list[str]] = {}
         self._rng = random.Random()
+
+    @property
+    def store(self) -> Store:
+        """The host's store."""
+        return self.host.store
 
     # -- rules and records ---------------------------------------------------------------------
     def rule(self, rec: ScheduleRecord) -> Rule:
@@ -285,7 +330,7 @@ class Recurring:
 
     def head(self, schedule_id: str) -> Task | None:
         """The pending head instance of a series, if any."""
-        pend = self._s.store.tasks(state=_P, schedule_id=schedule_id)
+        pend = self.store.tasks(state=_P, schedule_id=schedule_id)
         return pend[-1] if pend else None
 
     def create(
@@ -297,22 +342,20 @@ class Recurring:
         now: float,
         cron: str | None,
         every: float | timedelta | None,
-        tz: Any,
-        start: datetime | float | None,
-        end: datetime | float | None,
-        jitter: float,
-        misfire: Misfire | str,
-        misfire_grace: float | timedelta | None,
-        overlap: Overlap | str,
-        max_instances: int,
-        max_runs: int,
         schedule_id: str | None,
         template: Task,
         on_conflict: str,
+        tz: Any = None,
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        jitter: float = 0.0,
+        misfire: Misfire | str = Misfire.RUN_ONCE,
+        misfire_grace: float | timedelta | None = None,
+        overlap: Overlap | str = Overlap.SKIP,
+        max_instances: int = 1,
+        max_runs: int = 100,
     ) -> Schedule:
         """Store a schedule and its first instance; see ``Scheduler.schedule``."""
-        from timewheel.scheduler import _seconds
-
         try:
             misfire = Misfire(misfire) if not isinstance(misfire, Misfire) else misfire
         except ValueError:
@@ -325,16 +368,15 @@ class Recurring:
             raise InvalidScheduleError(
                 f"overlap must be one of {[o.value for o in Overlap]} (got {overlap!r})"
             ) from None
-        grace = None if misfire_grace is None else _seconds(misfire_grace, "misfire_grace")
-        if grace is not None and grace < 0:
-            raise InvalidScheduleError(f"misfire_grace must be >= 0 (got {misfire_grace!r})")
-        for name, v in (("max_instances", max_instances), ("max_runs", max_runs)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidScheduleError(f"{name} must be an int >= 1 (got {v!r})")
+        grace = (
+            None if misfire_grace is None else seconds(misfire_grace, "misfire_grace", minimum=0)
+        )
+        count(max_instances, "max_instances")
+        count(max_runs, "max_runs")
         if template.after:
             raise InvalidScheduleError("after= does not apply to recurring schedules")
         if cron is not None and tz is None:
-            tz = self._s.timezone
+            tz = self.host.timezone
         if every is not None and start is None:
             start = now
         rule = make_rule(cron=cron, every=every, tz=tz, start=start, end=end, jitter=jitter)
@@ -347,7 +389,7 @@ class Recurring:
             "priority": template.priority,
             "queue": template.queue,
             "timeout": template.timeout,
-            "retry": retry_to_spec(template.retry) if self._s.store.durable else template.retry,
+            "retry": retry_to_spec(template.retry) if self.store.durable else template.retry,
             "misfire": misfire.value,
             "misfire_grace": grace,
             "overlap": overlap.value,
@@ -364,11 +406,11 @@ class Recurring:
             created=now,
             updated=now,
         )
-        store = self._s.store
+        store = self.store
         old = store.get_schedule(sid)
         if old is not None:
             if on_conflict == "keep" or _same_definition(old, rec):
-                return Schedule(self._s, sid)  # re-registering the same schedule keeps its series
+                return Schedule(self, sid)  # re-registering the same schedule keeps its series
             if on_conflict == "error":
                 from timewheel.errors import DuplicateKeyError
 
@@ -382,10 +424,10 @@ class Recurring:
         stored = store.put_schedule(rec, first=first, on_conflict="replace")
         with self._lock:
             self._rules[sid] = (stored.version, rule)  # the first fire needs no rebuild
-        self._s._unindex(old_heads)
+        self.host.unindex(old_heads)
         if first is not None:
-            self._s._index(first)
-        return Schedule(self._s, sid)
+            self.host.index(first)
+        return Schedule(self, sid)
 
     def _instance(
         self, rec: ScheduleRecord, slot: float, rule: Rule, *, catchup: bool = False
@@ -394,7 +436,7 @@ class Recurring:
         retry = o.get("retry")
         if retry is None or isinstance(retry, Mapping):
             retry = retry_from_spec(retry)
-        now = self._s.clock.time()
+        now = self.host.clock.time()
         due = slot if catchup else rule.jittered(slot, self._rng)
         return Task(
             id=instance_id(rec.id, slot),
@@ -415,7 +457,7 @@ class Recurring:
     # -- firing ------------------------------------------------------------------------------
     def fire(self, ids: Sequence[str], now: float) -> FirePlan:
         """Decide, for fired instance ids, which run, which are skipped, and the next heads."""
-        store = self._s.store
+        store = self.store
         run: list[str] = []
         successors: list[Task] = []
         skipped: list[tuple[Task, str]] = []
@@ -486,7 +528,7 @@ class Recurring:
         return FirePlan(run, successors, skipped, missed)
 
     def _overlap(self, rec: ScheduleRecord, n: int, t: Task) -> str:
-        busy = [x for x in self._s.store.tasks(state=_BUSY, schedule_id=rec.id) if x.id != t.id]
+        busy = [x for x in self.store.tasks(state=_BUSY, schedule_id=rec.id) if x.id != t.id]
         if not busy:
             return "run"
         policy = Overlap(rec.options.get("overlap", "skip"))
@@ -505,7 +547,7 @@ class Recurring:
 
     # -- pause / resume / delete -------------------------------------------------------------------
     def set_paused(self, schedule_id: str, paused: bool) -> None:
-        store = self._s.store
+        store = self.store
         while True:
             rec = store.get_schedule(schedule_id)
             if rec is None:
@@ -517,27 +559,27 @@ class Recurring:
                     schedule_id,
                     expected_version=rec.version,
                     paused=paused,
-                    updated=self._s.clock.time(),
+                    updated=self.host.clock.time(),
                 )
             except VersionConflictError:
                 continue
             break
         if paused:
             for t in store.tasks(state=_P, schedule_id=schedule_id):
-                self._s.cancel(t.id)
+                self.host.cancel(t.id)
             return
         rule = self.rule(rec)
-        nxt = rule.next_after(self._s.clock.time())
+        nxt = rule.next_after(self.host.clock.time())
         if nxt is not None:
             inst = self._instance(rec, nxt, rule)
             changed = store.insert(inst, on_conflict="keep")
-            self._s._index(changed.task)
+            self.host.index(changed.task)
 
     def delete(self, schedule_id: str) -> bool:
-        store = self._s.store
+        store = self.store
         heads = [t.id for t in store.tasks(state=_P, schedule_id=schedule_id)]
         ok = store.delete_schedule(schedule_id)
-        self._s._unindex(heads)
+        self.host.unindex(heads)
         with self._lock:
             self._held.pop(schedule_id, None)
         return ok

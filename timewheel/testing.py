@@ -13,24 +13,14 @@ import threading
 import weakref
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any, Protocol
+from typing import Any
 
-__all__ = ["FakeClock", "check_store"]
+from timewheel.clock import Driven
+
+__all__ = ["Driven", "FakeClock", "check_store"]
 
 UTC = timezone.utc
 _DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-class _Driven(Protocol):
-    """Something that a :class:`FakeClock` steps deadline by deadline (a scheduler, a queue)."""
-
-    def _fake_clock_deadline(self) -> float | None:
-        """The earliest instant (epoch seconds) at which work becomes due, or ``None``."""
-        ...
-
-    def _fake_clock_fire(self, now: float) -> list[Any]:
-        """Do everything due at *now*; return what ran (for ``advance``'s result)."""
-        ...
 
 
 class FakeClock:
@@ -69,7 +59,7 @@ class FakeClock:
         self._lock = threading.RLock()
         self._advancing = False
         self._max_steps = max_steps
-        self._driven: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._driven: weakref.WeakSet[Driven] = weakref.WeakSet()
         self._waiters: weakref.WeakSet[threading.Condition] = weakref.WeakSet()
 
     # -- Clock protocol -------------------------------------------------------------------
@@ -159,7 +149,7 @@ class FakeClock:
             while True:
                 earliest: float | None = None
                 for d in list(self._driven):
-                    dl = d._fake_clock_deadline()
+                    dl = d.next_deadline()
                     if dl is not None and dl <= target and (earliest is None or dl < earliest):
                         earliest = dl
                 if earliest is None:
@@ -173,7 +163,7 @@ class FakeClock:
                 self._set(max(earliest, self._t))
                 progressed = False
                 for d in list(self._driven):
-                    out = d._fake_clock_fire(self._t)
+                    out = d.fire(self._t)
                     if out:
                         ran.extend(out)
                         progressed = True
@@ -182,7 +172,7 @@ class FakeClock:
                     # only after moving on, so a stuck deadline cannot spin forever.
                     nxt: float | None = None
                     for d in list(self._driven):
-                        dl = d._fake_clock_deadline()
+                        dl = d.next_deadline()
                         if dl is not None and (nxt is None or dl < nxt):
                             nxt = dl
                     if nxt is not None and nxt <= self._t:
@@ -202,13 +192,22 @@ class FakeClock:
             with cond:
                 cond.notify_all()
 
+    def next_deadline(self) -> float | None:
+        """The earliest deadline among the attached schedulers and queues (epoch seconds), or
+        ``None`` when nothing waits: where the next :meth:`advance` step would stop."""
+        deadlines = [d for d in (x.next_deadline() for x in list(self._driven)) if d is not None]
+        return min(deadlines, default=None)
+
     # -- attaching ----------------------------------------------------------------------------
-    def _attach(self, driven: _Driven) -> None:
-        """Attach a scheduler or queue so :meth:`advance` steps through its deadlines."""
+    def attach(self, driven: Driven) -> None:
+        """Step *driven* (a scheduler's trigger, a delay queue) through its deadlines whenever the
+        clock advances. Schedulers and delay queues attach themselves when they start; a custom
+        component that fires work at deadlines implements :class:`Driven` and attaches here."""
         with self._lock:
             self._driven.add(driven)
 
-    def _detach(self, driven: _Driven) -> None:
+    def detach(self, driven: Driven) -> None:
+        """Stop stepping *driven*. Idempotent."""
         with self._lock:
             self._driven.discard(driven)
 

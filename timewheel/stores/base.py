@@ -8,12 +8,12 @@ and tells the store the result. Time is passed in (``now``); stores do not read 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from timewheel.task import ScheduleRecord, Task, TaskState
 
-__all__ = ["Changed", "OnConflict", "Store"]
+__all__ = ["Changed", "OnConflict", "Store", "SupportsCompactInsert", "SupportsInspection"]
 
 OnConflict = Literal["error", "keep", "replace"]
 
@@ -124,8 +124,10 @@ class Store(Protocol):
         """
         ...
 
-    def due_before(self, until: float, *, limit: int) -> list[tuple[str, float]]:
-        """``(id, due)`` of PENDING tasks with ``unmet == 0`` and ``due < until``, earliest first."""
+    def due_before(self, until: float, *, limit: int) -> list[tuple[str, float, str | None]]:
+        """``(id, due, schedule_id)`` of PENDING tasks with ``unmet == 0`` and ``due < until``,
+        earliest first (ties by id). ``schedule_id`` tells the trigger which are instances of
+        recurring schedules (``None`` for one-shot tasks)."""
         ...
 
     def ready(self, *, limit: int, queues: Sequence[str] | None = None) -> list[Task]:
@@ -188,4 +190,53 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release resources. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class SupportsCompactInsert(Protocol):
+    """**Protocol (optional):** a store that keeps fresh default-option tasks in a compact form.
+
+    ``Scheduler.schedule`` checks for it once, at construction, and uses it for one-shot tasks
+    scheduled with a delay or a plain ``at=`` and no other option.
+    """
+
+    def add_pending(
+        self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float
+    ) -> None:
+        """Insert a fresh PENDING task with every other option at its default.
+
+        Raises:
+            DuplicateKeyError: a task with this id exists.
+        """
+        ...
+
+    def add_ready(
+        self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float
+    ) -> Task:
+        """Insert a fresh task that is already due straight into READY (version 1); return it."""
+        ...
+
+
+@runtime_checkable
+class SupportsInspection(Protocol):
+    """**Protocol (optional):** what ``timewheel inspect`` and ``Scheduler.upcoming`` read."""
+
+    def oldest_ready_age(self, now: float) -> float | None:
+        """Seconds since the earliest due time among READY tasks (how far workers lag), or None."""
+        ...
+
+    def due_histogram(
+        self, now: float, *, horizon: float = 3600.0, bucket: float = 60.0
+    ) -> list[tuple[float, int]]:
+        """``(bucket_start, n)`` of PENDING tasks due in ``[now, now + horizon)``, buckets
+        *bucket* seconds wide aligned on *now*, empty ones included."""
+        ...
+
+    def recent_failures(self, limit: int = 10) -> list[Task]:
+        """The last *limit* tasks that ended FAILED, TIMED_OUT or UPSTREAM_FAILED, newest first."""
+        ...
+
+    def unresolvable(self) -> dict[str, int]:
+        """Function references this process could not resolve -> READY tasks waiting on each."""
         ...

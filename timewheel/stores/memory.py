@@ -463,17 +463,17 @@ class MemoryStore:
                 deps = self._settle(new, now) if state in TERMINAL_STATES else ()
             return Changed(new, deps)
 
-    def due_before(self, until: float, *, limit: int) -> list[tuple[str, float]]:
+    def due_before(self, until: float, *, limit: int) -> list[tuple[str, float, str | None]]:
         with self._lock:
             tasks = self._tasks
-            hits = [
-                (t.due, t.id)
+            hits: list[tuple[float, str, str | None]] = [
+                (t.due, t.id, t.schedule_id)
                 for t in (tasks[i] for i in self._by_state[_P])
                 if t.due < until and t.unmet == 0
             ]
-            hits += [(rec[0], i) for i, rec in self._lite.items() if rec[0] < until]
-        hits.sort()
-        return [(i, d) for d, i in hits[:limit]]
+            hits += [(rec[0], i, None) for i, rec in self._lite.items() if rec[0] < until]
+        hits.sort(key=_due_and_id)
+        return [(i, d, s) for d, i, s in hits[:limit]]
 
     def ready(self, *, limit: int, queues: Sequence[str] | None = None) -> list[Task]:
         with self._lock:
@@ -582,6 +582,10 @@ class MemoryStore:
                         counts[b] += 1
         return [(now + b * bucket, c) for b, c in enumerate(counts)]
 
+    def unresolvable(self) -> dict[str, int]:
+        """Always empty: the memory store holds callables, nothing is resolved from text."""
+        return {}
+
     def recent_failures(self, limit: int = 10) -> list[Task]:
         """The last *limit* tasks that ended FAILED, TIMED_OUT or UPSTREAM_FAILED, newest first."""
         with self._lock:
@@ -676,3 +680,7 @@ class MemoryStore:
     def state_counts(self) -> Counter[TaskState]:
         """Counts by state as a ``Counter`` (a convenience over :meth:`count_by_state`)."""
         return Counter(self.count_by_state())
+
+
+def _due_and_id(hit: tuple[float, str, str | None]) -> tuple[float, str]:
+    return hit[0], hit[1]

@@ -1207,14 +1207,14 @@ class SQLiteStore:
         stored.update(state=state, version=row[_VERSION] + 1, updated=_sec(now_us))
         return Changed(_dec_task(row, {**stored, "lease_owner": None, "lease_expires": None}), deps)
 
-    def due_before(self, until: float, *, limit: int) -> list[tuple[str, float]]:
+    def due_before(self, until: float, *, limit: int) -> list[tuple[str, float, str | None]]:
         rows = self._read(
-            "SELECT id, due FROM tasks INDEXED BY tasks_due "
+            "SELECT id, due, schedule_id FROM tasks INDEXED BY tasks_due "
             "WHERE state = 'pending' AND unmet = 0 AND due < ? "
             "ORDER BY due, id LIMIT ?",
             (_us(until), max(limit, 0)),
         )
-        return [(r[0], r[1] / 1e6) for r in rows]
+        return [(r[0], r[1] / 1e6, r[2]) for r in rows]
 
     def ready(self, *, limit: int, queues: Sequence[str] | None = None) -> list[Task]:
         if queues is not None and not queues:

@@ -1,8 +1,7 @@
 """The trigger loop: the one thread that reads the clock and sleeps.
 
-Each pass it asks the engine to do everything due at ``clock.time()`` (advance the wheel, move due
-tasks PENDING -> READY in the store in one step per batch, fill the ready queue, re-queue expired
-leases, refill the wheel from a durable store), then sleeps until the engine's next deadline, an
+Each pass it calls its *step* (a :meth:`timewheel.trigger.Trigger.fire`) to do everything due at
+``clock.time()``, then sleeps until the deadline the step returned, an
 earlier task arriving (:meth:`TriggerLoop.wake`), or a cap of ``max_sleep`` seconds. Sleeps run on
 the monotonic clock; the cap means a wall-clock jump is noticed within ``max_sleep`` and re-planned:
 a forward jump fires what became due, a backward jump fires nothing twice (the wheel never moves
@@ -13,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Protocol
+from collections.abc import Callable
 
 from timewheel.clock import Clock
 
@@ -22,17 +21,19 @@ __all__ = ["TriggerLoop"]
 log = logging.getLogger("timewheel.loop")
 
 
-class _Triggered(Protocol):
-    def _tick(self, now: float) -> float | None:
-        """Do everything due at *now*; return the next deadline (epoch seconds) or None."""
-        ...
-
-
 class TriggerLoop:
-    """Runs :meth:`_Triggered._tick` on a daemon thread, sleeping between deadlines."""
+    """Runs ``step(now)`` on a daemon thread, sleeping until the deadline it returns.
 
-    def __init__(self, engine: _Triggered, clock: Clock, *, max_sleep: float = 1.0) -> None:
-        self._engine = engine
+    Args:
+        step: does everything due at *now*; returns the next deadline (epoch seconds) or None.
+        clock: read for ``now`` and slept on.
+        max_sleep: the longest sleep, so a wall-clock jump is noticed within it.
+    """
+
+    def __init__(
+        self, step: Callable[[float], float | None], clock: Clock, *, max_sleep: float = 1.0
+    ) -> None:
+        self._step = step
         self._clock = clock
         self._max_sleep = max_sleep
         self._cond = threading.Condition()
@@ -80,7 +81,7 @@ class TriggerLoop:
                     return
                 self._woken = False
             try:
-                deadline = self._engine._tick(clock.time())
+                deadline = self._step(clock.time())
             except Exception:  # keep triggering; a store hiccup must not stop the scheduler
                 log.exception("trigger loop: tick failed; retrying shortly")
                 deadline = clock.time() + min(0.1, self._max_sleep)

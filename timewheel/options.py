@@ -1,0 +1,230 @@
+"""The options of ``schedule()``, written once: their types, their checks, and the task they make.
+
+``OneShotOptions`` and ``RecurringOptions`` are what type checkers see (``Scheduler.schedule`` takes
+them through ``Unpack``); :data:`SCHEDULE_OPTIONS` is derived from them, so the set the runtime
+accepts and the set the overloads declare cannot drift apart. :func:`build_task` turns the
+one-shot options into a validated :class:`~timewheel.task.Task`; every front end calls it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, TypedDict
+
+from timewheel.errors import InvalidScheduleError
+from timewheel.jobs import Job
+from timewheel.refs import check_json, func_ref, resolve_ref
+from timewheel.rules import Misfire, Overlap
+from timewheel.stores.base import OnConflict
+from timewheel.task import EMPTY_KWARGS, NO_RETRY, WHEN_VALUES, Retry, Task
+from timewheel.validate import instant, seconds
+
+__all__ = [
+    "BIG_DELAY",
+    "PLAIN_NUMBERS",
+    "SCHEDULE_OPTIONS",
+    "OneShotOptions",
+    "RecurringOptions",
+    "TaskOptions",
+    "build_task",
+    "conflict_policy",
+    "due_time",
+    "fast_at",
+    "unknown_options",
+]
+
+
+class TaskOptions(TypedDict, total=False):
+    """Options every task takes, one-shot or recurring (see ``Scheduler.schedule``)."""
+
+    kwargs: Mapping[str, Any] | None
+    id: str | None
+    priority: int
+    queue: str
+    retry: Retry | None
+    timeout: float | timedelta | None
+    on_conflict: OnConflict | None
+
+
+class OneShotOptions(TaskOptions, total=False):
+    """Options of a one-shot task, besides ``delay``."""
+
+    at: datetime | float | None
+    after: Iterable[Job | str] | Job | str | None
+    when: str
+
+
+class RecurringOptions(TaskOptions, total=False):
+    """Options of a recurring schedule, besides ``cron`` or ``every``."""
+
+    tz: Any
+    start: datetime | float | None
+    end: datetime | float | None
+    jitter: float
+    misfire: Misfire | str
+    misfire_grace: float | timedelta | None
+    overlap: Overlap | str
+    max_instances: int
+    max_runs: int
+
+
+#: Every keyword option ``Scheduler.schedule`` accepts besides ``delay``.
+SCHEDULE_OPTIONS = frozenset(
+    {"cron", "every", *OneShotOptions.__annotations__, *RecurringOptions.__annotations__}
+)
+
+#: Options that only recurring schedules take.
+RECURRING_ONLY = frozenset(RecurringOptions.__annotations__) - frozenset(
+    TaskOptions.__annotations__
+)
+
+
+#: the exact types the fast path takes as plain numbers (no bool, no subclass)
+PLAIN_NUMBERS = (float, int)
+BIG_DELAY = float(1 << 53)  # a delay beyond this (or NaN) takes the full path, which names it
+BIG_AT = BIG_DELAY * 1e3  # the same for epoch seconds
+
+
+def fast_at(options: dict[str, Any]) -> float | None:
+    """The due time of ``schedule(f, at=...)`` with no other option, when it is plain: a finite
+    number of epoch seconds or an aware ``datetime``. None sends the call down the full path
+    (which also reports every bad value)."""
+    if len(options) != 1:
+        return None
+    at = options.get("at")
+    if at.__class__ in PLAIN_NUMBERS and -BIG_AT < at < BIG_AT:
+        return float(at)
+    if at.__class__ is datetime and at.tzinfo is not None and at.utcoffset() is not None:
+        return at.timestamp()
+    return None
+
+
+def unknown_options(names: Iterable[str]) -> str:
+    """The message for unexpected keyword arguments to ``schedule()``: a close match when there is
+    one, else a pointer to ``kwargs=`` (the function's own keyword arguments go there)."""
+    parts = []
+    stray = []
+    for name in sorted(names):
+        close = difflib.get_close_matches(name, SCHEDULE_OPTIONS | {"delay"}, n=1)
+        if close:
+            parts.append(f"{name!r} (did you mean {close[0]!r}?)")
+        else:
+            parts.append(repr(name))
+            stray.append(name)
+    message = f"schedule() got unexpected keyword argument(s) {', '.join(parts)}"
+    if stray:
+        example = ", ".join(f"{n!r}: ..." for n in stray)
+        message += (
+            f"; to pass {'them' if len(stray) > 1 else 'it'} to the function, use "
+            f"kwargs={{{example}}}"
+        )
+    return message
+
+
+def conflict_policy(value: object, default: OnConflict) -> OnConflict:
+    """The ``on_conflict`` option checked (``None`` means *default*)."""
+    if value is None:
+        return default
+    if value == "error" or value == "keep" or value == "replace":
+        return value
+    raise InvalidScheduleError(f"on_conflict must be 'error', 'keep' or 'replace' (got {value!r})")
+
+
+def due_time(now: float, delay: object, at: object, has_after: bool) -> float:
+    """The due instant of a one-shot task from exactly one of *delay* and *at*, or *now* when
+    neither is given but the task waits on upstream tasks."""
+    given = [n for n, v in (("delay", delay), ("at", at)) if v is not None]
+    if len(given) > 1:
+        raise InvalidScheduleError(
+            f"pass exactly one of delay= and at= (got {' and '.join(given)})"
+        )
+    if delay is not None:
+        return now + seconds(delay, "delay")
+    if at is not None:
+        return instant(at, "at")
+    if has_after:
+        return now
+    raise InvalidScheduleError(
+        "pass exactly one of delay= or at= (e.g. delay=600 for ten minutes from now), or "
+        "after=[...] to run when upstream tasks finish"
+    )
+
+
+def build_task(
+    func: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    *,
+    due: float,
+    now: float,
+    durable: bool,
+    new_id: Callable[[], str],
+    kwargs: Mapping[str, Any] | None = None,
+    id: str | None = None,
+    priority: int = 0,
+    queue: str = "default",
+    retry: Retry | None = None,
+    timeout: float | timedelta | None = None,
+    after: Iterable[Job | str] | Job | str | None = None,
+    when: str = "all_success",
+) -> Task:
+    """A validated PENDING task for ``func(*args, **kwargs)`` due at *due*.
+
+    With a *durable* store, *func* becomes an importable reference and the arguments must be JSON;
+    ids are then random UUIDs (unique across processes), else *new_id()*.
+
+    Raises:
+        InvalidScheduleError, TypeError, SerializationError: naming the bad option.
+    """
+    ref: Callable[..., Any] | str
+    if isinstance(func, str):
+        resolve_ref(func)  # raises SerializationError naming the reference
+        ref = func
+    elif not callable(func):
+        raise TypeError(f"func must be callable (got {func!r} that is a {type(func).__name__})")
+    else:
+        ref = func
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(f"kwargs must be a mapping (got {type(kwargs).__name__})")
+    if durable:
+        if not isinstance(ref, str):
+            ref = func_ref(ref)
+        check_json(args, kwargs or {})
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an int (got {priority!r})")
+    if not isinstance(queue, str) or not queue:
+        raise InvalidScheduleError(f"queue must be a non-empty string (got {queue!r})")
+    if retry is not None and not isinstance(retry, Retry):
+        raise TypeError(f"retry must be a timewheel.Retry (got {retry!r})")
+    limit = None if timeout is None else seconds(timeout, "timeout", above=0)
+    upstream: tuple[str, ...] = ()
+    if after is not None:
+        if isinstance(after, (Job, str)):
+            after = [after]
+        upstream = tuple(a.id if isinstance(a, Job) else a for a in after)
+        for u in upstream:
+            if not isinstance(u, str):
+                raise TypeError(f"after= takes Job handles or task ids (got {u!r})")
+    if when not in WHEN_VALUES:
+        raise InvalidScheduleError(f"when must be one of {WHEN_VALUES} (got {when!r})")
+    if id is None:
+        id = uuid.uuid4().hex if durable else new_id()
+    elif not isinstance(id, str) or not id:
+        raise InvalidScheduleError(f"id must be a non-empty string (got {id!r})")
+    return Task(
+        id=id,
+        func=ref,
+        args=args,
+        kwargs=EMPTY_KWARGS if not kwargs else dict(kwargs),
+        due=due,
+        retry=retry if retry is not None else NO_RETRY,  # frozen: one shared default
+        priority=priority,
+        queue=queue,
+        timeout=limit,
+        created=now,
+        updated=now,
+        after=upstream,
+        when=when,
+    )

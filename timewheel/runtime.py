@@ -1,0 +1,385 @@
+"""The runtime: the stations of one scheduler, joined, and the bookkeeping between them.
+
+A :class:`Runtime` holds the store, the clock, the :class:`~timewheel.trigger.Trigger` (with its
+wheel), the ready queue, the recurring-schedule planner and the :class:`~timewheel.events.EventHub`.
+It is the object a dispatcher serves (it implements :class:`~timewheel.dispatch.Engine`), the one a
+:class:`~timewheel.jobs.Job` handle reads through, and where the trigger reports what it did. It
+keeps what happens *between* the stations: submitting a task, cancelling it, settling its
+dependents, counting events, waking the threads that wait for an outcome.
+
+The user-facing :class:`~timewheel.scheduler.Scheduler` owns one and delegates to it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from timewheel.clock import Clock
+from timewheel.errors import JobTimeoutError, SchedulerStateError, VersionConflictError
+from timewheel.events import TERMINAL_EVENT, EventHub
+from timewheel.jobs import Job
+from timewheel.ready import ReadyQueue
+from timewheel.recurring import Recurring
+from timewheel.refs import resolve_ref
+from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.task import TERMINAL_STATES, Task, TaskState
+from timewheel.trigger import Trigger
+
+__all__ = ["ClockDriver", "Runtime", "SchedulerStatistics"]
+
+_P = TaskState.PENDING
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerStatistics:
+    """A snapshot from :meth:`Scheduler.statistics`. Lateness is start time minus due time."""
+
+    states: dict[str, int]
+    in_wheel: int
+    ready_depth: int
+    ready_capacity: int
+    submitted: int
+    started: int
+    succeeded: int
+    failed: int
+    retried: int
+    timed_out: int
+    cancelled: int
+    missed_fires: int
+    throughput: float
+    lateness_p50: float | None
+    lateness_p99: float | None
+    lateness_max: float | None
+    uptime: float
+
+
+class Runtime:
+    """The joined stations of one scheduler (see the module docstring).
+
+    Args:
+        store, clock: the source of truth and of time.
+        trigger_options: passed to :class:`~timewheel.trigger.Trigger` (tick, lease, horizon...).
+        ready_capacity: bound of the ready queue.
+        lease: seconds a claim lasts without a heartbeat.
+        timezone: the default zone of cron schedules.
+        served: the queue names the dispatcher serves (``None``: all).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        lease: float,
+        ready_capacity: int,
+        timezone: str,
+        served: Iterable[str] | None,
+        tick: float,
+        horizon: float,
+        max_lease_recoveries: int,
+        batch: int,
+        poll_interval: float | None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.lease = lease
+        self.timezone = timezone
+        self.events = EventHub()
+        self.ready_queue = ReadyQueue(ready_capacity)
+        self.recurring = Recurring(self)
+        self.trigger = Trigger(
+            store,
+            self.ready_queue,
+            clock,
+            tick=tick,
+            start=clock.time(),
+            lease=lease,
+            max_lease_recoveries=max_lease_recoveries,
+            batch=batch,
+            horizon=horizon,
+            poll_interval=poll_interval,
+            served=served,
+            planner=self.recurring,
+            outcomes=self,
+        )
+        #: False once the scheduler stopped: waits for PENDING/READY tasks then give up
+        self.accepting = True
+        #: True between the scheduler's start and its shutdown
+        self.running = False
+        #: start minus due time of the most recent runs, seconds
+        self.lateness: deque[float] = deque(maxlen=100_000)
+        self._resolved: dict[str, Callable[..., Any]] = {}
+
+    # -- the dispatcher's side (the Engine protocol) ---------------------------------------------
+    def resolve(self, task: Task) -> Callable[..., Any]:
+        """The callable *task* names (a stored reference is imported once per process).
+
+        Raises:
+            SerializationError: the reference does not resolve in this process.
+        """
+        func = task.func
+        if not isinstance(func, str):
+            return func
+        got = self._resolved.get(func)
+        if got is None:
+            got = self._resolved[func] = resolve_ref(func)
+        return got
+
+    def claim(self, task: Task, owner: str) -> Task | None:
+        """Claim a READY snapshot pulled from the ready queue for *owner*: READY -> RUNNING with a
+        lease, a compare-and-swap on the snapshot's version. None if another worker won."""
+        now = self.clock.time()
+        return self.store.claim(
+            task.id,
+            expected_version=task.version,
+            owner=owner,
+            lease_expires=now + self.lease,
+            now=now,
+        )
+
+    def claim_batch(self, owner: str, limit: int, queues: Sequence[str] | None) -> list[Task]:
+        """Claim up to *limit* READY tasks of *queues* from the store for *owner*, highest priority
+        then earliest due, in one store step (the store skips tasks whose function this process
+        cannot import, and may use an idle moment for maintenance)."""
+        now = self.clock.time()
+        return self.store.claim_next(
+            owner=owner, lease_expires=now + self.lease, now=now, limit=limit, queues=queues
+        )
+
+    def started(self, task: Task) -> None:
+        """A claimed run is about to call its function."""
+        self.lateness.append(self.clock.time() - task.due)
+        self.events.emit("started", task)
+
+    def finished(self, changed: Changed, exc: BaseException | None, event: str) -> None:
+        """A run's outcome is stored (*event*: succeeded, failed, retried or timed_out)."""
+        task = changed.task
+        if task.state is _P:
+            self.trigger.index(task)
+            self.events.emit(event, task, exc)
+        else:
+            self.notify_terminal(task, exc, event)
+        self.settle(changed.dependents)
+
+    # -- the trigger's side (the Outcomes protocol) ------------------------------------------------
+    def skipped(self, changed: Changed) -> None:
+        """A recurring instance was cancelled by its misfire or overlap policy."""
+        self.notify_terminal(changed.task, None)
+        self.settle(changed.dependents)
+
+    # -- the recurring planner's side ----------------------------------------------------------------
+    def job(self, task_id: str) -> Job:
+        """A handle on *task_id*."""
+        return Job(self, task_id)
+
+    def index(self, task: Task) -> None:
+        """Put a PENDING task in the trigger's wheel (if runnable and within its horizon)."""
+        self.trigger.index(task)
+
+    def unindex(self, ids: Iterable[str]) -> None:
+        """Take tasks out of the trigger's wheel."""
+        self.trigger.unindex(ids)
+
+    # -- submitting, cancelling, settling -------------------------------------------------------------
+    def submit(self, task: Task, on_conflict: OnConflict) -> str:
+        """Insert a new task, index it, and report it; returns the id that stands (with
+        ``on_conflict="keep"``, an existing task's)."""
+        if on_conflict == "keep" and self.store.find(task.id) is not None:
+            return task.id  # the existing task stands
+        changed = self.store.insert(task, on_conflict=on_conflict)
+        stored = changed.task
+        if on_conflict == "replace":
+            self.trigger.unindex((stored.id,))
+            self.ready_queue.discard(stored.id)
+        self.events.emit("submitted", stored)
+        self.trigger.index(stored)
+        self.settle(changed.dependents)
+        if stored.state in TERMINAL_STATES:
+            self.notify_terminal(stored, None)
+        return stored.id
+
+    def cancel(self, task_id: str) -> bool:
+        """Cancel a PENDING or READY task; True if it is now cancelled (see ``Scheduler.cancel``)."""
+        store = self.store
+        while True:
+            task = store.get(task_id)
+            if task.state is TaskState.CANCELLED:
+                return True
+            if task.state not in (TaskState.PENDING, TaskState.READY):
+                return False
+            try:
+                changed = store.transition(
+                    task_id,
+                    expected_version=task.version,
+                    state=TaskState.CANCELLED,
+                    now=self.clock.time(),
+                    error="cancelled by request",
+                )
+            except VersionConflictError:
+                continue  # someone else moved it: look again
+            break
+        self.trigger.unindex((task_id,))
+        self.ready_queue.discard(task_id)
+        self.notify_terminal(changed.task, None)
+        self.settle(changed.dependents)
+        return True
+
+    def settle(self, dependents: Iterable[Task]) -> None:
+        """Index dependents that may now run; report those that ended with their upstream."""
+        for task in dependents:
+            if task.state is _P:
+                self.trigger.index(task)
+            elif task.state in TERMINAL_STATES:
+                self.notify_terminal(task, None)
+
+    def notify_terminal(
+        self, task: Task, exc: BaseException | None, event: str | None = None
+    ) -> None:
+        """Report a task's end: the event, a held recurring instance it releases, the threads
+        waiting on it and its done callbacks."""
+        self.events.emit(event or TERMINAL_EVENT[task.state], task, exc)
+        if task.schedule_id is not None:
+            held = self.recurring.release(task.schedule_id)
+            if held:
+                self.trigger.enqueue(self.store.promote(held, self.clock.time()))
+        callbacks = self.events.ended(task.id)
+        if callbacks:
+            self.events.run_callbacks(task.id, callbacks)
+
+    # -- waiting ----------------------------------------------------------------------------------------
+    def add_done_callback(self, task_id: str, fn: Callable[[Job], object]) -> None:
+        """Call ``fn(job)`` when the task ends, in the thread that ended it; at once (in this
+        thread) if it already has."""
+        callback = functools.partial(fn, Job(self, task_id))
+        store = self.store
+        if not self.events.add_callback(
+            task_id, callback, lambda: store.get(task_id).state in TERMINAL_STATES
+        ):
+            callback()
+
+    def wait(self, task_id: str, timeout: float | None) -> Task:
+        """Block until the task is terminal; its final snapshot.
+
+        Raises:
+            JobTimeoutError: *timeout* seconds (on the clock) passed first.
+            SchedulerStateError: the scheduler stopped while the task still waits to run.
+        """
+        clock, events = self.clock, self.events
+        end = None if timeout is None else clock.monotonic() + timeout
+        with events.done:
+            # counted before the state is read, so a finisher that stores the outcome after our
+            # read sees a waiter and notifies (it takes this lock, so after we wait)
+            events.waiting += 1
+            try:
+                while True:
+                    task = self.store.get(task_id)
+                    if task.state in TERMINAL_STATES:
+                        return task
+                    remaining = None if end is None else end - clock.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise JobTimeoutError(
+                            f"task {task_id!r} is still {task.state.value} after {timeout} s; "
+                            "the task is unaffected, wait again or cancel it"
+                        )
+                    if not self.accepting and task.state in (TaskState.PENDING, TaskState.READY):
+                        raise SchedulerStateError(
+                            f"task {task_id!r} is {task.state.value} and the scheduler was shut "
+                            "down; it will not run in this scheduler"
+                        )
+                    # a short cap lets outcomes reached in other processes (durable stores) show
+                    cap = 0.5 if self.store.durable else None
+                    wait_for = (
+                        remaining
+                        if cap is None
+                        else (cap if remaining is None else min(cap, remaining))
+                    )
+                    clock.wait(events.done, wait_for)
+            finally:
+                events.waiting -= 1
+
+    def lateness_percentile(self, q: float) -> float | None:
+        """The *q* quantile (0..1) of recent lateness, seconds; None before any run."""
+        lateness = sorted(self.lateness)
+        if not lateness:
+            return None
+        return lateness[min(len(lateness) - 1, max(0, math.ceil(q * len(lateness)) - 1))]
+
+    def statistics(self, *, uptime: float) -> SchedulerStatistics:
+        """A snapshot of counts by state, queue depths, event totals and lateness."""
+        states = {s.value: n for s, n in self.store.count_by_state().items()}
+        counts = self.events.counts
+        done = counts["succeeded"] + counts["failed"] + counts["timed_out"]
+        return SchedulerStatistics(
+            states=states,
+            in_wheel=len(self.trigger),
+            ready_depth=len(self.ready_queue),
+            ready_capacity=self.ready_queue.capacity,
+            submitted=counts["submitted"],
+            started=counts["started"],
+            succeeded=counts["succeeded"],
+            failed=counts["failed"],
+            retried=counts["retried"],
+            timed_out=counts["timed_out"],
+            cancelled=counts["cancelled"],
+            missed_fires=self.trigger.missed_fires,
+            throughput=done / uptime if uptime > 0 else 0.0,
+            lateness_p50=self.lateness_percentile(0.5),
+            lateness_p99=self.lateness_percentile(0.99),
+            lateness_max=max(self.lateness) if self.lateness else None,
+            uptime=uptime,
+        )
+
+
+class InlineRunner(Protocol):
+    """**Protocol:** the part of a dispatcher a :class:`ClockDriver` uses."""
+
+    def run_ready(self) -> list[Task]:
+        """Run what is ready in the calling thread; the tasks that ran."""
+        ...
+
+    def beat(self) -> None:
+        """Extend the leases of the tasks running here."""
+        ...
+
+
+class ClockDriver:
+    """The :class:`~timewheel.clock.Driven` side of a runtime on a clock that drives time
+    (``FakeClock``): the next deadline includes lease expiries; firing extends live leases (as
+    workers would have while time passed), triggers, and runs inline work in the calling thread.
+    """
+
+    __slots__ = ("__weakref__", "dispatcher", "runtime")
+
+    def __init__(self, runtime: Runtime, dispatcher: InlineRunner) -> None:
+        self.runtime = runtime
+        self.dispatcher = dispatcher
+
+    def next_deadline(self) -> float | None:
+        """The trigger's next deadline, or a lease expiry if one comes first."""
+        runtime = self.runtime
+        if not runtime.running:
+            return None
+        deadline = runtime.trigger.next_deadline(runtime.clock.time())
+        running = runtime.store.tasks(state=TaskState.RUNNING)
+        leases = [t.lease_expires for t in running if t.lease_expires is not None]
+        if leases:
+            # a lease has expired once now > lease_expires; durable stores keep microseconds, so
+            # step one microsecond past it (the next float would round back onto the lease)
+            expiry = max(math.nextafter(min(leases), math.inf), min(leases) + 1e-6)
+            deadline = expiry if deadline is None else min(deadline, expiry)
+        return deadline
+
+    def fire(self, now: float) -> list[Any]:
+        """Trigger what is due at *now* and run inline work; the jobs that ran here."""
+        runtime = self.runtime
+        if not runtime.running:
+            return []
+        self.dispatcher.beat()
+        runtime.trigger.reap_now()
+        runtime.trigger.fire(now)
+        return [Job(runtime, t.id) for t in self.dispatcher.run_ready()]
