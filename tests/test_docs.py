@@ -172,8 +172,8 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     before = set(sys.modules)
     yield tmp_path
     for name in set(sys.modules) - before:
-        module = sys.modules.get(name)
-        if getattr(module, "__file__", None) and str(tmp_path) in str(module.__file__):
+        where = getattr(sys.modules.get(name), "__file__", None)
+        if where is not None and str(tmp_path) in str(where):
             del sys.modules[name]
 
 
