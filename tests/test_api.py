@@ -54,6 +54,7 @@ EXPECTED = {
     "__version__",
     "default_scheduler",
     "schedule",
+    "worker_factory",
 }
 
 
