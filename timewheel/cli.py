@@ -1053,11 +1053,16 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if args.command is None:
         parser.print_help(out)
         return USAGE
+    from timewheel.errors import TimewheelError
+
     try:
         return commands[args.command](args, out)
     except CommandError as e:
         print(f"timewheel: {e}", file=sys.stderr)
         raise
+    except TimewheelError as e:  # met while running: the store's messages name the fix
+        print(f"timewheel: {e}", file=sys.stderr)
+        raise CommandError(str(e), RUNTIME) from None
     except BrokenPipeError:
         # the reader went away (`timewheel inspect ... | head -1`): stop quietly, as other
         # command-line tools do; stdout goes to /dev/null so the interpreter's final flush
