@@ -57,6 +57,7 @@ EXPECTED = {
     "__version__",
     "default_scheduler",
     "schedule",
+    "worker_factory",
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from timewheel import testing as testing  # tw.testing.FakeClock without another import
+from timewheel.cli import worker_factory
 from timewheel.clock import Clock, SystemClock
 from timewheel.default import chain, cron, default_scheduler, every, schedule
 from timewheel.delayqueue import (
@@ -101,4 +102,5 @@ __all__ = [
     "every",
     "schedule",
     "step",
+    "worker_factory",
 ]

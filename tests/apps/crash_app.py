@@ -128,6 +128,7 @@ def zygote(conn: Connection) -> None:
             conn.send(os.waitpid(payload, 0)[1])
 
 
+@tw.worker_factory
 def make_worker() -> tw.Scheduler:
     """For ``python -m timewheel worker tests.apps.crash_app:make_worker``: a scheduler on the
     store named by ``$TIMEWHEEL_CRASH_DB`` with a short lease (``$TIMEWHEEL_CRASH_LEASE``), thread
