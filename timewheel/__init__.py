@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from timewheel import testing as testing  # tw.testing.FakeClock without another import
-from timewheel.cli import worker_factory
 from timewheel.clock import Clock, SystemClock
 from timewheel.default import chain, cron, default_scheduler, every, schedule
 from timewheel.delayqueue import (
@@ -45,9 +44,9 @@ from timewheel.runtime import SchedulerStatistics
 from timewheel.scheduler import Scheduler
 from timewheel.stores import MemoryStore, Store
 from timewheel.task import Retry, Task, TaskState
+from timewheel.version import __version__
 from timewheel.wheel import TimingWheel
-
-__version__ = "0.1.0.dev0"
+from timewheel.worker import worker_factory
 
 __all__ = [
     "Clock",

@@ -27,25 +27,26 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import quote, unquote, urlsplit
+
+from timewheel.stores.base import SupportsInspection
+from timewheel.version import __version__
+from timewheel.worker import is_worker_factory
 
 if TYPE_CHECKING:
     from timewheel.recurring import Registry
     from timewheel.scheduler import Event, Scheduler
     from timewheel.stores.base import Store
-    from timewheel.task import Task
 
-__all__ = ["CommandError", "main", "worker_factory"]
+__all__ = ["CommandError", "main", "version"]
 
-F = TypeVar("F", bound=Callable[..., Any])
 
 USAGE = 2
 """Exit status of a wrong command line (argparse's convention)."""
 RUNTIME = 1
 """Exit status of a problem met while running."""
 
-_FACTORY_MARK = "__timewheel_worker_factory__"
 _MAX_BUCKETS = 10_000  # --horizon / --bucket: a histogram longer than this is a mistake
 _SCAN_LIMIT = 50_000  # tasks read to group READY work by function
 _OVERDUE_SLACK = 5.0  # a PENDING task this late means nothing triggers the store
@@ -69,51 +70,7 @@ def _fail(message: str, status: int = RUNTIME) -> NoReturn:
     raise CommandError(message, status)
 
 
-def worker_factory(func: F) -> F:
-    """Mark *func* as a factory that ``timewheel worker MODULE:FUNC`` may call.
-
-    The worker calls it with no arguments; it must return a :class:`~timewheel.Scheduler` (run as
-    is, with its own store) or a :class:`~timewheel.Registry` (included in a scheduler on
-    ``--store``). Only marked functions are called: a task function named as the target by
-    mistake is refused instead of being run by the command line.
-
-    >>> @worker_factory
-    ... def make_worker() -> Scheduler: ...
-    """
-    setattr(func, _FACTORY_MARK, True)  # a plain attribute: functions accept any
-    return func
-
-
-# -- the inspection protocol of stores ---------------------------------------------------------
-@runtime_checkable
-class _Inspection(Protocol):
-    """The inspection methods a store may offer (``timewheel.stores.base.SupportsInspection``)."""
-
-    def oldest_ready_age(self, now: float) -> float | None: ...
-
-    def due_histogram(
-        self, now: float, *, horizon: float = 3600.0, bucket: float = 60.0
-    ) -> list[tuple[float, int]]: ...
-
-    def recent_failures(self, limit: int = 10) -> list[Task]: ...
-
-    def unresolvable(self) -> dict[str, int]: ...
-
-
-def _inspection_protocol() -> type[_Inspection]:
-    try:
-        from timewheel.stores.base import (  # type: ignore[attr-defined,unused-ignore]
-            SupportsInspection,
-        )
-    except ImportError:  # a store package without the protocol: the same four methods, here
-        return _Inspection
-    return SupportsInspection  # type: ignore[no-any-return,return-value,unused-ignore]
-
-
-SupportsInspection = _inspection_protocol()
-
-
-def _inspection(store: Store) -> _Inspection | None:
+def _inspection(store: Store) -> SupportsInspection | None:
     return store if isinstance(store, SupportsInspection) else None
 
 
@@ -202,14 +159,14 @@ def version() -> str:
     try:
         return dist_version(DISTRIBUTION)
     except PackageNotFoundError:
-        from timewheel import __version__
-
         return f"{__version__} (not installed; from the source tree)"
 
 
 # -- demo ----------------------------------------------------------------------------------------
 def _demo(args: argparse.Namespace, out: TextIO) -> int:
-    from timewheel import Retry, Scheduler, TaskState, ThreadPoolDispatcher
+    from timewheel.dispatch import ThreadPoolDispatcher
+    from timewheel.scheduler import Scheduler
+    from timewheel.task import Retry, TaskState
 
     if args.quick:
         args.tasks, args.seconds, args.burst = 300, 1.0, 1_000
@@ -480,7 +437,7 @@ def _resolve_target(spec: str) -> Scheduler | Registry | None:
         return None
     if isinstance(obj, (Scheduler, Registry)):
         return obj
-    if callable(obj) and getattr(obj, _FACTORY_MARK, False) is True:
+    if is_worker_factory(obj):
         try:
             made = obj()
         except Exception as e:
@@ -589,7 +546,9 @@ def _report(sched: Scheduler, tracker: _Tracker, started: float, out: TextIO) ->
 
 
 def _worker(args: argparse.Namespace, out: TextIO) -> int:
-    from timewheel import Registry, Scheduler, ThreadPoolDispatcher
+    from timewheel.dispatch import ThreadPoolDispatcher
+    from timewheel.recurring import Registry
+    from timewheel.scheduler import Scheduler
 
     target = _resolve_target(args.target)
     opened: _Opened | None = None

@@ -44,6 +44,7 @@ __all__ = [
     "check_json_value",
     "func_ref",
     "generation",
+    "import_path",
     "is_resolvable",
     "register",
     "register_task",
@@ -219,7 +220,7 @@ def _import_ref(obj: Any, kind: str) -> str:
             f"{hint.replace('move it', 'move it out of the script')}"
         )
     try:
-        back = _import(where)
+        back = import_path(where)
     except UnresolvableRefError as e:
         raise SerializationError(f"cannot refer to {where} durably: {e}; {hint}") from None
     if not _same(back, obj):
@@ -238,7 +239,13 @@ def _same(a: object, b: object) -> bool:
     return isinstance(getattr(a, "__self__", None), type) and a == b
 
 
-def _import(ref: str) -> Any:
+def import_path(ref: str) -> Any:
+    """The object an import path ``"module:qualname"`` names (any object: a function, a class).
+
+    Raises:
+        UnresolvableRefError: the path is malformed, the module does not import, or it has no
+            such attribute path.
+    """
     module, sep, qualname = ref.partition(":")
     if not sep or not module or not qualname:
         raise UnresolvableRefError(
@@ -275,7 +282,7 @@ def resolve_ref(ref: str) -> Callable[..., Any]:
         func = _registry.get(ref)
     if func is not None:
         return func
-    obj = _import(ref)
+    obj = import_path(ref)
     if not callable(obj):
         raise UnresolvableRefError(f"{ref!r} names {obj!r}, which is not callable", ref)
     return obj  # type: ignore[no-any-return]  # callable() narrowed it at run time

@@ -292,7 +292,7 @@ def _dec_retry(s: str) -> Retry:
     types: list[type[BaseException]] = []
     for ref in d.pop("retry_on"):
         try:
-            t = refs._import(ref)
+            t = refs.import_path(ref)
         except refs.UnresolvableRefError as e:
             log.warning(
                 "retry_on %s cannot be resolved in this process (%s); using Exception", ref, e
