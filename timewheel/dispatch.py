@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from timewheel.clock import Clock
+from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
 from timewheel.stores.base import Changed, Store
 from timewheel.task import Task, TaskState
@@ -165,12 +166,22 @@ def complete(
             else TimeoutError(f"task {task.id!r} timed out after {task.timeout} s")
         )
         summary = _summary(err)
+        what = "timed out" if timed_out else "failed"
         if task.retry.should_retry(task.attempts, err):
             due = now + task.retry.delay_for(task.attempts)
             changed = store.finish(
                 task.id, owner=owner, state=TaskState.PENDING, now=now, due=due, error=summary
             )
             event = "timed_out" if timed_out else "retried"
+            if changed is not None:
+                log.warning(
+                    "%s %s: %s; retrying in %.3g s",
+                    task_label(task),
+                    what,
+                    summary,
+                    due - now,
+                    extra=task_extra(task),
+                )
         else:
             state = TaskState.TIMED_OUT if timed_out else TaskState.FAILED
             keep = None if store.durable else err
@@ -178,12 +189,21 @@ def complete(
                 task.id, owner=owner, state=state, now=now, error=summary, result=keep
             )
             event = "timed_out" if timed_out else "failed"
+            if changed is not None:
+                log.error(
+                    "%s %s, no attempt left: %s",
+                    task_label(task),
+                    what,
+                    summary,
+                    exc_info=(type(exc), exc, exc.__traceback__) if exc is not None else None,
+                    extra=task_extra(task),
+                )
     if changed is None:
         log.warning(
-            "task %r: outcome of run %d discarded, lease of %s was lost (it may run again)",
-            task.id,
-            task.attempts,
+            "%s: outcome discarded, the lease of %s was lost (it may run again)",
+            task_label(task),
             owner,
+            extra=task_extra(task),
         )
         return None
     engine.finished(changed, exc, event)
@@ -234,22 +254,30 @@ def run_claimed(
     clock = engine.clock
     if running is not None:
         running.add(claimed, owner, clock.monotonic())
+
+    def outcome(**result: Any) -> None:
+        # Stop heartbeating before the outcome is stored: a heartbeat between the store step and
+        # the removal would find the task no longer RUNNING under this owner and report a lost
+        # lease that was never lost.
+        if running is not None:
+            running.remove(claimed.id, owner)
+        complete(engine, claimed, owner, **result)
+
     try:
         engine.started(claimed)
         started = clock.monotonic()
         try:
-            result = func(*claimed.args, **claimed.kwargs)
+            value = func(*claimed.args, **claimed.kwargs)
         except BaseException as e:  # SystemExit too: a task must never end its worker thread
-            log.info("task %r failed (attempt %d): %s", claimed.id, claimed.attempts, _summary(e))
-            complete(engine, claimed, owner, exc=e)
+            outcome(exc=e)
             if isinstance(e, KeyboardInterrupt):
                 raise  # only the main thread gets one (inline dispatch): let it stop the program
         else:
             late = claimed.timeout is not None and clock.monotonic() - started > claimed.timeout
             if late:
-                complete(engine, claimed, owner, timed_out=True)
+                outcome(timed_out=True)
             else:
-                complete(engine, claimed, owner, result=result)
+                outcome(result=value)
     except Exception:  # the engine's own bookkeeping failed: never kill the worker
         log.exception("task %r: error while completing the run", claimed.id)
     finally:
@@ -565,7 +593,10 @@ class ThreadPoolDispatcher:
                 continue
             if not ok and self._running.holds(task.id, owner):  # not merely finished meanwhile
                 log.warning(
-                    "task %r: lease of %s was lost; its result will be discarded", task.id, owner
+                    "%s: the lease of %s was lost; its result will be discarded",
+                    task_label(task),
+                    owner,
+                    extra=task_extra(task),
                 )
 
     def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> None:

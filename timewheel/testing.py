@@ -131,7 +131,10 @@ class FakeClock:
         else:
             target = _check_number(instant, "instant")
         if target < self._t:
-            raise ValueError(f"time can't go backwards (advance_to {target!r} < now {self._t!r})")
+            raise ValueError(
+                f"time can't go backwards: advance_to({_instant_text(target)}) is before the "
+                f"clock's now, {_instant_text(self._t)}; advance to a later instant"
+            )
         return self._run_to(target)
 
     def _run_to(self, target: float) -> list[Any]:
@@ -213,6 +216,14 @@ class FakeClock:
 
     def __repr__(self) -> str:
         return f"FakeClock(now={self.now().isoformat()})"
+
+
+def _instant_text(t: float) -> str:
+    """An instant as people read it (ISO 8601, UTC), with the epoch seconds for exactness."""
+    try:
+        return f"{datetime.fromtimestamp(t, UTC).isoformat()} ({t!r})"
+    except (OverflowError, OSError, ValueError):
+        return repr(t)
 
 
 def _check_number(v: object, name: str) -> float:

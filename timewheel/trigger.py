@@ -28,6 +28,7 @@ from typing import Protocol
 
 from timewheel.clock import Clock
 from timewheel.errors import DuplicateKeyError, VersionConflictError
+from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
 from timewheel.stores.base import Changed, Store
 from timewheel.task import Task, TaskState
@@ -301,7 +302,7 @@ class Trigger:
             )
         except VersionConflictError:
             return
-        log.info("task %r skipped: %s", task.id, why)
+        log.info("%s skipped: %s", task_label(task), why, extra=task_extra(task))
         if self.outcomes is not None:
             self.outcomes.skipped(changed)
 
@@ -381,7 +382,7 @@ class Trigger:
                 )
             except VersionConflictError:
                 continue  # it heartbeated or finished meanwhile
-            log.warning("task %r: %s", task.id, changed.task.error)
+            log.warning("%s: %s", task_label(task), changed.task.error, extra=task_extra(task))
             if self.outcomes is not None:
                 self.outcomes.finished(changed, None, "timed_out")
             elif changed.task.state is _P:
