@@ -482,7 +482,7 @@ def bench_memory(n: int, rng: random.Random, keytype: str) -> dict[str, float]:
 def split_fire_all(n: int, rng: random.Random) -> dict[str, tuple[float, int]]:
     """Where fire-all's time goes in the wheel: (seconds, entries) per cascade level and firing.
 
-    The wheel's own ``_move`` and ``_fire0`` are wrapped with ``perf_counter`` timers (wall time;
+    The wheel's own ``_move`` and ``_fire_ticks`` are wrapped with ``perf_counter`` timers (wall time;
     their own cost, ~0.1 us a call, lands in "everything else"); the rest of the advance calls is
     their bookkeeping."""
 
@@ -498,9 +498,9 @@ def split_fire_all(n: int, rng: random.Random) -> dict[str, tuple[float, int]]:
             a[0] += time.perf_counter() - t0
             a[1] += self._cascaded - before
 
-        def _fire0(self, hi: int, now: float, out: list[Hashable]) -> None:
+        def _fire_ticks(self, last: int, now: float, out: list[Hashable]) -> None:
             t0, before = time.perf_counter(), len(out)
-            super()._fire0(hi, now, out)
+            super()._fire_ticks(last, now, out)
             a = acc.setdefault("fire from the tick slots", [0.0, 0])
             a[0] += time.perf_counter() - t0
             a[1] += len(out) - before

@@ -15,6 +15,10 @@ matching instant. Differences we keep, each pinned by a test below:
 * **Refused spellings.** ``0-0``/``JAN-JAN`` (croniter 7: every value; cronsim: one value) and a
   day-of-week ``N/step`` that reaches 7 (``6/1``: croniter 7 Saturday only, cronsim Saturday and
   Sunday) are refused by timewheel, so no schedule depends on which reading wins.
+* **Day fields.** When neither day field starts with ``*`` a day matches if either matches,
+  ``#n`` and ``nL`` days included (``0 0 15 * fri#2``: the 15th and every second Friday), and a
+  list item ``*`` makes its field every value (``*,sat#3``): cronsim and timewheel agree, and
+  a grid of day-of-month, month and day-of-week spellings is compared below.
 * ``59/15`` is minute 59 only in both (croniter before 7.0 read it as every 15 minutes).
 * **cronsim bugs in half-hour DST zones** (Australia/Lord_Howe): for wildcard jobs cronsim jumps
   minutes and hours in UTC, so it skips the second pass of ``30 * * * *`` in the repeated
@@ -67,6 +71,16 @@ CORPUS_5 = [
     "0 12 * jan,jul *",
     "@daily",
     "@hourly",
+    # a restricted day-of-month ORed with '#'/'L' days, on and around transition days
+    "0 0 15 * fri#2",
+    "0 0 13 * 5L",
+    "30 2 8 * 0#2",
+    "30 1 1 * 0#1",
+    "30 1 25 * 0L",
+    # a list item '*' is the whole field
+    "*,5 * * * *",
+    "0 0 13 * 1,*",
+    "0 0 * * *,sat#3",
 ]
 
 ALIASES = {"@daily": "0 0 * * *", "@hourly": "0 * * * *"}
@@ -211,6 +225,28 @@ def test_spellings_read_differently_are_refused(expr: str, cronsim_reading: list
         assert sorted({d.minute for d in got}) == cronsim_reading
     else:
         assert sorted({d.weekday() for d in got}) == cronsim_reading
+
+
+DAY_OF_MONTH_FIELDS = ["*", "13", "30", "31", "L", "1,15", "15,L", "*/2", "1-7"]
+MONTH_FIELDS = ["*", "2", "11"]
+DAY_OF_WEEK_FIELDS = ["*", "5", "1-5", "5#2", "5L", "1#1,5L", "*,6#3", "1,*", "0#5", "*/2"]
+
+
+@pytest.mark.parametrize("day_of_month", DAY_OF_MONTH_FIELDS)
+def test_day_fields_match_cronsim(day_of_month: str) -> None:
+    """Every pairing of the day fields (ANDed or ORed, '#n', 'nL', 'L', '*' items) in UTC."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for month in MONTH_FIELDS:
+        for day_of_week in DAY_OF_WEEK_FIELDS:
+            expr = f"0 12 {day_of_month} {month} {day_of_week}"
+            try:
+                rule = CronRule(expr)
+            except InvalidScheduleError:  # never fires (30 February): cronsim refuses it too
+                with pytest.raises(CronSimError):
+                    CronSim(expr, start)
+                continue
+            expected = oracle(expr, ZoneInfo("UTC"), start.timestamp(), 20)
+            assert ours(rule, start.timestamp(), 20) == expected, expr
 
 
 def test_random_reseeks_match_cronsim() -> None:

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import math
+from datetime import datetime, timezone
 from fractions import Fraction
 
 import pytest
 
 from timewheel import wheel as wheel_module
 from timewheel.errors import DuplicateKeyError, TimewheelError
-from timewheel.wheel import TimingWheel, WheelStatistics
+from timewheel.wheel import (
+    LEVEL_DAYS,
+    LEVEL_HOURS,
+    LEVEL_MINUTES,
+    LEVEL_OVERFLOW,
+    LEVEL_SECONDS,
+    LEVEL_TICKS,
+    TimingWheel,
+    WheelStatistics,
+)
 
 SECOND = 1.0
 MINUTE = 60.0
@@ -57,6 +67,15 @@ def test_bad_tick_type_and_days() -> None:
         TimingWheel(days=2.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="start"):
         TimingWheel(start=math.nan)
+
+
+def test_a_datetime_is_not_a_time_in_seconds() -> None:
+    moment = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with pytest.raises(TypeError, match=r"start must be a number of seconds .* of type datetime"):
+        TimingWheel(start=moment)  # type: ignore[arg-type]
+    w: TimingWheel[str] = TimingWheel(start=moment.timestamp())
+    with pytest.raises(TypeError, match="due must be a number of seconds"):
+        w.add("a", moment)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
@@ -153,8 +172,8 @@ def test_cascade_hour_minute_second_tick() -> None:
     def level() -> int:
         return next(i for i, c in enumerate(w.statistics().levels) if c)
 
-    assert level() == 3  # hours
-    seen = [3]
+    assert level() == LEVEL_HOURS
+    seen = [LEVEL_HOURS]
     while "job" in w:
         nd = w.next_deadline()
         assert nd is not None
@@ -163,11 +182,31 @@ def test_cascade_hour_minute_second_tick() -> None:
         w._check()
         if "job" in w and level() != seen[-1]:
             seen.append(level())
-    assert seen == [3, 2, 1, 0]
+    assert seen == [LEVEL_HOURS, LEVEL_MINUTES, LEVEL_SECONDS, LEVEL_TICKS]
     assert w.now == due
     stats = w.statistics()
     assert stats.cascaded == 3
     assert stats.fired == 1
+
+
+def test_level_constants_index_the_statistics() -> None:
+    w: TimingWheel[str] = TimingWheel(start=0.0, days=8)
+    dues = {
+        LEVEL_TICKS: 0.5,
+        LEVEL_SECONDS: 30.0,
+        LEVEL_MINUTES: 30 * MINUTE,
+        LEVEL_HOURS: 5 * HOUR,
+        LEVEL_DAYS: 3 * DAY,
+        LEVEL_OVERFLOW: 30 * DAY,
+    }
+    for level, due in dues.items():
+        w.add(f"at level {level}", due)
+    stats = w.statistics()
+    assert stats.levels == (1, 1, 1, 1, 1)
+    assert stats.overflow == 1
+    assert stats.level_names[LEVEL_TICKS] == "sub-second"
+    assert stats.level_names[LEVEL_DAYS] == "days"
+    assert len(stats.levels) == LEVEL_OVERFLOW
 
 
 def test_cancel_after_cascade() -> None:

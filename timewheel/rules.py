@@ -4,7 +4,8 @@ A recurring schedule stores its **rule**, never its future instances. The schedu
 for the first fire instant strictly after the previous scheduled slot (:meth:`Rule.next_after`);
 instants are floats of UTC seconds since the Unix epoch, and the instants a rule returns for a
 chain of calls are strictly increasing. This module owns rules, never timers: it reads no clock
-and imports nothing of the package but :mod:`timewheel.errors`.
+and imports nothing of the package but :mod:`timewheel.errors` and its cron expression parser,
+:mod:`timewheel._cronexpr`.
 
 Cron (:class:`CronRule`)
     Five fields ``minute hour day-of-month month day-of-week``, or six with the **seconds field
@@ -28,14 +29,18 @@ Cron (:class:`CronRule`)
 
     Several local times that land on the same instant (``0,30 2 * * *`` on a spring-forward day)
     fire once. Day-of-month and day-of-week combine as in Vixie cron: if either field starts with
-    ``*`` both must match, otherwise either may match.
+    ``*`` both must match, otherwise either may match, ``#n`` and ``nL`` days included
+    (``0 0 15 * fri#2`` fires on the 15th and on every second Friday). A list item ``*`` makes
+    its field every value (``*,5`` is ``*``).
 
     Expressions are validated at construction: a malformed field raises
-    :class:`~timewheel.errors.InvalidScheduleError` naming the field and the reason; an
-    expression that can never fire (``0 0 30 2 *``) is refused; so are spellings that croniter 7
-    reads differently from classic cron (``5-5``, which croniter 7 expands to the whole field,
-    and ``6/1`` in the day-of-week field, which classic cron reads as Saturday and Sunday and
-    croniter 7 as Saturday only).
+    :class:`~timewheel.errors.InvalidScheduleError` naming the field, the reason and the way out;
+    an expression that can never fire (``0 0 30 2 *``) is refused; so are spellings that
+    croniter 7 reads differently from classic cron (``5-5``, which croniter 7 expands to the
+    whole field, and ``6/1`` in the day-of-week field, which classic cron reads as Saturday and
+    Sunday and croniter 7 as Saturday only), spellings of other cron dialects (``L-3``,
+    ``MON-FRI#1``, ``H``, ``R``, ``CRON_TZ=``, a year field) and non-ASCII characters. Parsing
+    and validation live in :mod:`timewheel._cronexpr`.
 
 Intervals (:class:`IntervalRule`)
     Slots at ``start + k * every`` in elapsed UTC seconds, computed by multiplication, so they
@@ -50,22 +55,21 @@ values plus one pure decision function; the scheduler applies them.
 
 from __future__ import annotations
 
-import calendar
 import dataclasses
 import enum
-import functools
+import heapq
 import math
 import random
-import re
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Protocol, runtime_checkable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadDateError, CroniterError, croniter
+from croniter import CroniterBadDateError, croniter
 
+from timewheel._cronexpr import parse_cron
 from timewheel.errors import InvalidScheduleError
 
 __all__ = [
@@ -220,315 +224,6 @@ def resolve_zone(tz: object) -> ZoneInfo:
 
 
 # --------------------------------------------------------------------------------------------
-# Cron expression parsing
-# --------------------------------------------------------------------------------------------
-
-_MONTH_NAMES = {
-    name: number
-    for number, name in enumerate(
-        ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"),
-        start=1,
-    )
-}
-_DOW_NAMES = {
-    name: number for number, name in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))
-}
-
-_ALIASES = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Field:
-    name: str
-    low: int
-    high: int  # classic cron's upper bound (day-of-week: 7, an alias of Sunday)
-    names: Mapping[str, int]
-
-
-_MINUTE = _Field("minute", 0, 59, {})
-_HOUR = _Field("hour", 0, 23, {})
-_DOM = _Field("day-of-month", 1, 31, {})
-_MONTH = _Field("month", 1, 12, _MONTH_NAMES)
-_DOW = _Field("day-of-week", 0, 7, _DOW_NAMES)
-_SECOND = _Field("second", 0, 59, {})
-_FIELDS_5 = (_MINUTE, _HOUR, _DOM, _MONTH, _DOW)
-_FIELDS_6 = (*_FIELDS_5, _SECOND)
-_LAYOUT_5 = "minute hour day-of-month month day-of-week"
-_LAYOUT_6 = "minute hour day-of-month month day-of-week second"
-
-_ITEM_RE = re.compile(r"^(?:(\*)|([0-9A-Z]+)(?:-([0-9A-Z]+))?)(?:/([0-9]+))?$")
-_NTH_RE = re.compile(r"^([0-9A-Z]+)#([0-9]+)$")
-_LAST_DOW_RE = re.compile(r"^([0-9A-Z]+)L$")
-
-
-class _FieldError(Exception):
-    """A field failed to parse; carries the reason, the scheduler error names the field."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _ParsedField:
-    text: str  # croniter spelling
-    values: frozenset[int]  # classic-cron reading of the plain items (dow 7 folded to 0)
-    special: bool  # contains L or # items (not compared with croniter's expansion)
-    wrapped: bool  # contains a wrap-around range such as FRI-MON
-
-
-def _value(field: _Field, token: str) -> int:
-    if token.isdigit():
-        number = int(token)
-    elif token in field.names:
-        number = field.names[token]
-    elif field.names:
-        raise _FieldError(
-            f"{token!r} is neither a number nor a {field.name} name "
-            f"({', '.join(sorted(field.names, key=field.names.__getitem__))})"
-        )
-    else:
-        raise _FieldError(f"{token!r} is not a number")
-    if not field.low <= number <= field.high:
-        raise _FieldError(f"value {number} is out of range {field.low}-{field.high}")
-    return number
-
-
-def _parse_item(field: _Field, item: str) -> tuple[str, set[int], bool, bool]:
-    """Parse one comma-separated item; return (croniter text, values, special, wrapped)."""
-    if item == "?":
-        raise _FieldError("'?' is not supported; write '*'")
-    if item.startswith("H"):
-        raise _FieldError("hashed values ('H') are not supported")
-    if field is _DOM:
-        if item == "L":
-            return "L", set(), True, False
-        if "W" in item:
-            raise _FieldError(f"{item!r}: 'W' (nearest weekday) is not supported")
-    if field is _DOW:
-        nth = _NTH_RE.match(item)
-        if nth:
-            day = _value(field, nth.group(1)) % 7
-            k = int(nth.group(2))
-            if not 1 <= k <= 5:
-                raise _FieldError(f"{item!r}: the week number after '#' must be 1-5")
-            return f"{day}#{k}", set(), True, False
-        last = _LAST_DOW_RE.match(item)
-        if last:
-            day = _value(field, last.group(1)) % 7
-            return f"L{day}", set(), True, False
-        if "L" in item and item.startswith("L"):
-            raise _FieldError(f"{item!r}: write the last Friday of the month as '5L'")
-    m = _ITEM_RE.match(item)
-    if not m:
-        raise _FieldError(
-            f"{item!r} is not a value, a range 'a-b', a step '*/n', 'a/n' or 'a-b/n', or a list"
-        )
-    star, first, second, step_text = m.groups()
-    step = 1
-    if step_text is not None:
-        step = int(step_text)
-        if step < 1:
-            raise _FieldError(f"step {step} must be >= 1")
-        if step > field.high - field.low:
-            raise _FieldError(
-                f"step {step} exceeds the {field.name} range {field.low}-{field.high}, so it "
-                "would fire only at the start of the range; cron cannot express longer "
-                "periods: use an interval (every=...) instead"
-            )
-    if star:
-        values = set(range(field.low, field.high + 1, step))
-        return item, values, False, False
-    low = _value(field, first)
-    if second is None:
-        values = {low} if step_text is None else set(range(low, field.high + 1, step))
-        return item, values, False, False
-    high = _value(field, second)
-    if low == high:
-        raise _FieldError(
-            f"{item!r} is a range with equal ends: croniter 7 reads it as every value of the "
-            f"field, classic cron as the single value {low}; write '{low}' or '*'"
-        )
-    if low > high:
-        if step_text is not None:
-            raise _FieldError(f"{item!r}: a wrap-around range cannot take a step")
-        values = set(range(low, field.high + 1)) | set(range(field.low, high + 1))
-        return item, values, False, True
-    return item, set(range(low, high + 1, step)), False, False
-
-
-def _parse_field(field: _Field, text: str) -> _ParsedField:
-    if text == "":
-        raise _FieldError("empty")
-    parts: list[str] = []
-    values: set[int] = set()
-    special = wrapped = False
-    for item in text.upper().split(","):
-        if item == "":
-            raise _FieldError("empty list item")
-        part, item_values, item_special, item_wrapped = _parse_item(field, item)
-        parts.append(part)
-        values |= item_values
-        special = special or item_special
-        wrapped = wrapped or item_wrapped
-    if field is _DOW:
-        values = {v % 7 for v in values}
-    return _ParsedField(",".join(parts), frozenset(values), special, wrapped)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Parsed:
-    source: str  # the expression as the user wrote it
-    canonical: str  # fields joined by one space, aliases expanded (what croniter receives)
-    fields: tuple[_ParsedField, ...]
-    raw: tuple[str, ...]  # the field texts as written (after alias expansion)
-    fixed: bool  # Vixie "fixed-time" job: neither minute nor hour starts with '*'
-
-    @property
-    def has_seconds(self) -> bool:
-        return len(self.fields) == 6
-
-
-def _field_error(expr: str, field: _Field, text: str, reason: str, layout: str) -> str:
-    return (
-        f"invalid cron expression {expr!r}: {field.name} field {text!r}: {reason} "
-        f"(fields: {layout})"
-    )
-
-
-def _parse_fields(expr: str, texts: list[str]) -> tuple[_ParsedField, ...]:
-    fields = _FIELDS_6 if len(texts) == 6 else _FIELDS_5
-    layout = _LAYOUT_6 if len(texts) == 6 else _LAYOUT_5
-    parsed: list[_ParsedField] = []
-    for field, text in zip(fields, texts, strict=False):
-        try:
-            parsed.append(_parse_field(field, text))
-        except _FieldError as exc:
-            message = _field_error(expr, field, text, str(exc), layout)
-            if len(texts) == 6 and _valid_seconds_first(texts):
-                rotated = " ".join([*texts[1:], texts[0]])
-                message += (
-                    "; this looks like a seconds-first (Quartz/Spring/cronsim) expression: "
-                    f"timewheel puts seconds last, so write {rotated!r}"
-                )
-            raise InvalidScheduleError(message) from None
-    return tuple(parsed)
-
-
-def _valid_seconds_first(texts: list[str]) -> bool:
-    rotated = [*texts[1:], texts[0]]
-    try:
-        for field, text in zip(_FIELDS_6, rotated, strict=False):
-            _parse_field(field, text)
-    except _FieldError:
-        return False
-    return True
-
-
-def _croniter_values(field: _Field, expanded: Sequence[object]) -> frozenset[int]:
-    if list(expanded) == ["*"]:
-        high = 6 if field is _DOW else field.high
-        return frozenset(range(field.low, high + 1))
-    return frozenset(v for v in expanded if isinstance(v, int))
-
-
-def _parse(expr: object) -> _Parsed:
-    """Validate a cron expression and return its parsed form (see the module docstring).
-
-    Parsed forms are cached by expression: 100,000 schedules at ``0 0 * * *`` parse it once.
-    """
-    if not isinstance(expr, str):
-        raise InvalidScheduleError(
-            f"cron expression must be a str (got {expr!r} that is a {_type_name(expr)})"
-        )
-    return _parse_cached(expr)
-
-
-@functools.lru_cache(maxsize=4096)
-def _parse_cached(expr: str) -> _Parsed:
-    """:func:`_parse` for a ``str`` (cached; a malformed one raises every time)."""
-    stripped = expr.strip()
-    if stripped.startswith("@"):
-        alias = stripped.lower()
-        if alias == "@reboot":
-            raise InvalidScheduleError(
-                "cron alias '@reboot' is not supported: a scheduler has no boot; run the "
-                "function once at start-up with schedule(fn, delay=0) instead"
-            )
-        if alias.startswith("@every"):
-            raise InvalidScheduleError(
-                f"cron alias {stripped!r} is not supported: use an interval, "
-                "e.g. schedule(fn, every=timedelta(minutes=5))"
-            )
-        if alias not in _ALIASES:
-            raise InvalidScheduleError(
-                f"unknown cron alias {stripped!r}: use one of {', '.join(_ALIASES)}"
-            )
-        stripped = _ALIASES[alias]
-    texts = stripped.split()
-    if len(texts) not in (5, 6):
-        raise InvalidScheduleError(
-            f"invalid cron expression {expr!r}: expected 5 fields ({_LAYOUT_5}) or 6 fields "
-            f"({_LAYOUT_6}, seconds last), got {len(texts)}"
-        )
-    fields = _parse_fields(expr, texts)
-    if len(texts) == 6 and texts[5] == "*" and not texts[0].startswith("*"):
-        rotated = " ".join([*texts[1:], texts[0]])
-        raise InvalidScheduleError(
-            f"ambiguous cron expression {expr!r}: timewheel puts seconds last, so this fires "
-            f"every second of each matching minute; if you meant seconds first (Quartz "
-            f"style), write {rotated!r}; if you do want every second, write '0-59' in the "
-            "second field"
-        )
-    canonical = " ".join(f.text for f in fields)
-    try:
-        expanded, _nth = croniter.expand(canonical)
-    except CroniterError as exc:
-        raise InvalidScheduleError(f"invalid cron expression {expr!r}: {exc}") from None
-    spec = _FIELDS_6 if len(fields) == 6 else _FIELDS_5
-    for field, parsed, exp in zip(spec, fields, expanded, strict=False):
-        if parsed.special:
-            continue
-        theirs = _croniter_values(field, exp)
-        if theirs != parsed.values:
-            raise InvalidScheduleError(
-                f"ambiguous cron expression {expr!r}: {field.name} field {parsed.text!r} is "
-                f"{sorted(theirs)} for croniter 7 but {sorted(parsed.values)} in classic cron; "
-                "write the values explicitly (e.g. as a list)"
-            )
-    fixed = not texts[0].startswith("*") and not texts[1].startswith("*")
-    result = _Parsed(expr, canonical, fields, tuple(texts), fixed)
-    _check_can_fire(result)
-    return result
-
-
-def _check_can_fire(parsed: _Parsed) -> None:
-    """Refuse expressions that can never fire (``0 0 30 2 *``)."""
-    dom, month = parsed.fields[2], parsed.fields[3]
-    day_and = parsed.raw[2].startswith("*") or parsed.raw[4].startswith("*")
-    if (day_and or parsed.raw[4] == "*") and not dom.special and dom.values:
-        longest = max(calendar.monthrange(2000, m)[1] for m in month.values)
-        if min(dom.values) > longest:
-            months = ", ".join(calendar.month_abbr[m] for m in sorted(month.values))
-            raise InvalidScheduleError(
-                f"cron expression {parsed.source!r} can never fire: day-of-month "
-                f"{parsed.raw[2]!r} never occurs in month(s) {months}"
-            )
-    # Anything else (e.g. '0 0 * 2 1#5'): ask croniter, which gives up after 50 years.
-    probe = croniter(parsed.canonical, 946684800.0, implement_cron_bug=True)
-    try:
-        probe.get_next()
-    except CroniterBadDateError:
-        raise InvalidScheduleError(
-            f"cron expression {parsed.source!r} can never fire: no matching time within 50 years"
-        ) from None
-
-
-# --------------------------------------------------------------------------------------------
 # CronRule
 # --------------------------------------------------------------------------------------------
 
@@ -555,6 +250,25 @@ def _transition(zone: ZoneInfo, before: float, after: float, new_offset: float) 
         else:
             lo = mid
     return float(hi)
+
+
+def _croniter_walls(expression: str, after: float) -> Iterator[float]:
+    """croniter's matches of ``expression`` after the naive wall time ``after``, increasing."""
+    it = croniter(expression, after, implement_cron_bug=True)
+    try:
+        while True:
+            yield it.get_next()
+    except (CroniterBadDateError, OverflowError, ValueError):
+        return
+
+
+def _merged(streams: Iterable[Iterator[float]]) -> Iterator[float]:
+    """The increasing streams merged into one, each value once (a day may match both fields)."""
+    previous: float | None = None
+    for value in heapq.merge(*streams):
+        if value != previous:
+            previous = value
+            yield value
 
 
 class CronRule:
@@ -595,7 +309,7 @@ class CronRule:
         end: float | datetime | None = None,
     ) -> None:
         self._zone = resolve_zone(tz)
-        self._parsed = _parse(expr)
+        self._parsed = parse_cron(expr)
         self._utc = self._zone.key in _UTC_KEYS
         self._jitter = _jitter(jitter)
         self._start = _optional_instant("start", start)
@@ -706,12 +420,10 @@ class CronRule:
         """Naive local wall-clock times (as epoch-like seconds) matching, from ``wall_from`` on."""
         step = 1.0 if self._parsed.has_seconds else 60.0
         first = math.floor(wall_from / step) * step - step
-        it = croniter(self._parsed.canonical, first, implement_cron_bug=True)
-        try:
-            while True:
-                yield it.get_next()
-        except (CroniterBadDateError, OverflowError, ValueError):
-            return
+        expressions = self._parsed.croniter_expressions
+        if len(expressions) == 1:
+            return _croniter_walls(expressions[0], first)
+        return _merged(_croniter_walls(expression, first) for expression in expressions)
 
     def _stream(self, t: float) -> Iterator[float]:
         """Yield the fire instants strictly after ``t``, strictly increasing."""
