@@ -174,3 +174,33 @@ def test_placing_a_due_task_promotes_it_at_once_only_when_asked(due_now: bool) -
     clock = trigger.clock
     add(trigger, "t", clock.time() - 1)
     assert (trigger.store.get("t").state is R) is due_now
+
+
+def test_overflowed_ready_tasks_run_before_newer_ones() -> None:
+    """Under steady load the backlog in the store is served oldest first: a task never waits
+    behind work that became READY after it."""
+    trigger = make(capacity=4)
+    for i in range(8):
+        add(trigger, f"old{i}", T0 + i / 100)
+    trigger.fire(T0 + 1)  # 4 queued, 4 overflow to the store
+    served: list[str] = []
+    for step in range(1, 6):
+        # steady load: two newer tasks become due at each step while workers take two
+        for j in range(2):
+            add(trigger, f"new{step}.{j}", T0 + step + j / 100)
+        trigger.fire(T0 + step + 0.5)
+        for _ in range(2):
+            task = trigger.ready.pull_nowait()
+            if task is not None:
+                served.append(task.id)
+                trigger.store.claim(
+                    task.id,
+                    expected_version=task.version,
+                    owner="w",
+                    lease_expires=T0 + 99,
+                    now=T0 + step,
+                )
+    olds = [served.index(f"old{i}") for i in range(8)]
+    news = [served.index(t) for t in served if t.startswith("new")]
+    assert olds == sorted(olds), "the backlog is served in due order"
+    assert max(olds) < min(news), "no newer task overtakes the overflowed ones"

@@ -278,18 +278,26 @@ class Trigger:
     def enqueue(self, tasks: Iterable[Task]) -> None:
         """Queue READY tasks for this process's workers. Tasks of queue names the dispatcher
         does not serve stay READY in the store (for other processes' workers), so they never
-        take the bounded queue's places from the queues served here."""
+        take the bounded queue's places from the queues served here.
+
+        While older READY work waits in the store (the backlog), newer tasks wait there too:
+        queueing them directly would let them overtake it for as long as the load lasts, since
+        the queue would never drain to where a refill is due. Refills take the store's READY
+        work highest priority first, then earliest due, so nothing starves.
+        """
         ready, served = self.ready, self.served
         any_put = False
         for task in tasks:
             if served is not None and task.queue not in served:
                 continue
-            if ready.put(task):
+            if not self.backlog and ready.put(task):
                 any_put = True
             else:
-                self.backlog = True  # stays READY in the store; refilled as the queue drains
+                self.backlog = True  # stays READY in the store; refilled in due order
         if any_put and self.on_ready is not None:
             self.on_ready()
+        elif self.backlog and self._refill_due() and self.waker is not None:
+            self.waker(None)  # the loop refills now rather than at its next planned wake-up
 
     def _skip(self, task: Task, why: str, now: float) -> None:
         try:
