@@ -787,9 +787,12 @@ def _refused(store: Store, allowlist: Allowlist | None) -> list[dict[str, Any]]:
 
 def _collect(opened: _Opened, args: argparse.Namespace, now: float) -> dict[str, Any]:
     """Everything ``inspect`` shows, as plain data (also the ``--json`` document)."""
-    from timewheel.refs import Allowlist
+    from timewheel.refs import Allowlist, permit_imports
     from timewheel.task import TaskState
 
+    allowlist = Allowlist(m for group in args.allow for m in group) if args.allow else None
+    if allowlist is not None:  # as in a worker: stored Retry types of these modules resolve
+        permit_imports(allowlist.modules)
     store = opened.store
     inspect = _inspection(store)
     counts = store.count_by_state()
@@ -805,7 +808,6 @@ def _collect(opened: _Opened, args: argparse.Namespace, now: float) -> dict[str,
         "count_is_lower_bound": len(overdue) >= _SCAN_LIMIT,
         "oldest_seconds": now - overdue[0][1] if overdue else None,
     }
-    allowlist = Allowlist(m for group in args.allow for m in group) if args.allow else None
     by_func, capped = _ready_by_function(store)
     functions = []
     for ref, dues in sorted(by_func.items(), key=lambda kv: (-len(kv[1]), kv[0])):
