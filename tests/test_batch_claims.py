@@ -41,7 +41,9 @@ def test_workers_claim_in_batches_and_each_task_runs_once(tmp_path: Path) -> Non
         return got
 
     store.claim_next = counting  # type: ignore[method-assign]
-    sched = tw.Scheduler(store=store, dispatcher=tw.ThreadPoolDispatcher(workers=2))
+    sched = tw.Scheduler(
+        store=store, dispatcher=tw.ThreadPoolDispatcher(workers=2), allow=[__name__]
+    )
     # scheduled before start: they are all due at once when the trigger starts
     jobs = [sched.schedule(record, str(out), i, delay=0) for i in range(200)]
     with sched:
@@ -60,7 +62,11 @@ def test_a_task_whose_function_does_not_import_is_reported_not_claimed(tmp_path:
         Task(id="ghost", func="no_such_module_anywhere:job", due=now, created=now, updated=now)
     )
     out = tmp_path / "out.txt"
-    with tw.Scheduler(store=store, dispatcher=tw.ThreadPoolDispatcher(workers=2)) as sched:
+    # allowed, so it is judged by its import (a refused one ends FAILED: test_allowlist.py)
+    allow = [__name__, "no_such_module_anywhere"]
+    with tw.Scheduler(
+        store=store, dispatcher=tw.ThreadPoolDispatcher(workers=2), allow=allow
+    ) as sched:
         job = sched.schedule(record, str(out), 1, delay=0)
         job.result(timeout=GUARD)
         wait_for(lambda: "no_such_module_anywhere:job" in store.unresolvable(), "the report")
@@ -78,7 +84,9 @@ def test_an_idle_running_scheduler_checkpoints_the_wal(
     store = SQLiteStore(tmp_path / "t.db")
     wal = Path(f"{tmp_path / 't.db'}-wal")
     out = tmp_path / "out.txt"
-    with tw.Scheduler(store=store, dispatcher=tw.ThreadPoolDispatcher(workers=1)) as sched:
+    with tw.Scheduler(
+        store=store, dispatcher=tw.ThreadPoolDispatcher(workers=1), allow=[__name__]
+    ) as sched:
         for job in [sched.schedule(record, str(out), i, delay=0) for i in range(50)]:
             job.result(timeout=GUARD)
         assert wal.exists()

@@ -184,7 +184,9 @@ def read_only_dir(tmp_path: Path) -> Iterator[Path]:
     """A directory holding a store with one pending task, then made read-only (file and dir)."""
     d = tmp_path / "ro"
     d.mkdir()
-    with tw.Scheduler(store=SQLiteStore(d / "tasks.db"), dispatcher=tw.NullDispatcher()) as s:
+    with tw.Scheduler(
+        store=SQLiteStore(d / "tasks.db"), dispatcher=tw.NullDispatcher(), allow=["tests.apps"]
+    ) as s:
         s.schedule(plain, 1, delay=3600, id="later")
     s.store.close()
     (d / "tasks.db").chmod(0o444)
@@ -333,7 +335,9 @@ def _wait_for(path: Path) -> None:
 def held(tmp_path: Path) -> Iterator[tuple[Path, Worker]]:
     """A worker process running one task (``hold("t1")``) that waits for its release file."""
     db = tmp_path / "tasks.db"
-    with tw.Scheduler(store=SQLiteStore(db), dispatcher=tw.NullDispatcher()) as s:
+    with tw.Scheduler(
+        store=SQLiteStore(db), dispatcher=tw.NullDispatcher(), allow=["tests.apps"]
+    ) as s:
         s.schedule(hold, "t1", delay=0, id="t1")
     s.store.close()
     env = _env(**{SIGNAL_DIR_ENV: str(tmp_path)})
@@ -379,7 +383,9 @@ def test_second_signal_exits_at_once(held: tuple[Path, Worker]) -> None:
 @pytest.mark.realclock
 def test_the_grace_period_releases_what_still_runs(tmp_path: Path) -> None:
     db = tmp_path / "tasks.db"
-    with tw.Scheduler(store=SQLiteStore(db), dispatcher=tw.NullDispatcher()) as s:
+    with tw.Scheduler(
+        store=SQLiteStore(db), dispatcher=tw.NullDispatcher(), allow=["tests.apps"]
+    ) as s:
         s.schedule(hold, "t2", delay=0, id="t2")
     s.store.close()
     env = _env(**{SIGNAL_DIR_ENV: str(tmp_path)})
@@ -415,7 +421,10 @@ def busy_store(tmp_path: Path) -> Path:
         clock = FakeClock(start=now - 3600)
         store = SQLiteStore(db)
         sched = tw.Scheduler(
-            store=store, clock=clock, dispatcher=tw.InlineDispatcher(queues=["default"])
+            store=store,
+            clock=clock,
+            dispatcher=tw.InlineDispatcher(queues=["default"]),
+            allow=["tests.apps"],
         )
         with sched:
             sched.schedule(fail, "boom", delay=0, id="bad")

@@ -60,7 +60,8 @@ def _kill_the_scheduler(tmp_path: Path, kills: int, tasks: int, seed: int) -> No
     t_begin = time.monotonic()
     now = time.time()
     spread = kills * 0.03  # due times cover the whole kill phase
-    setup = tw.Scheduler(store=SQLiteStore(db, durability="fast"))  # never started: writes only
+    # never started: writes only
+    setup = tw.Scheduler(store=SQLiteStore(db, durability="fast"), allow=["tests.apps"])
     ids = [f"t{k:05d}" for k in range(tasks)]
     for tid in ids:
         setup.schedule(record, tid, str(runs), at=now + rng.uniform(0.0, spread), id=tid)
@@ -112,6 +113,7 @@ def _kill_the_scheduler(tmp_path: Path, kills: int, tasks: int, seed: int) -> No
         dispatcher=tw.InlineDispatcher(),
         lease=LEASE,
         max_lease_recoveries=1_000_000,
+        allow=["tests.apps"],
     )
     final.add_listener(start_logger(str(starts)), "started")
     register_series(final, str(runs))
@@ -220,7 +222,7 @@ def _fan_in(tmp_path: Path, parents: int, children: int, kills: int, seed: int) 
     ok = {f"p{k:03d}": rng.random() >= 0.1 for k in range(parents)}
     ups = {f"c{k:03d}": rng.sample(sorted(ok), rng.randint(3, 5)) for k in range(children)}
     now = time.time()
-    with tw.Scheduler(store=SQLiteStore(db, durability="fast")) as producer:
+    with tw.Scheduler(store=SQLiteStore(db, durability="fast"), allow=["tests.apps"]) as producer:
         for pid, good in ok.items():
             pause = rng.uniform(0.01, 0.08)
             producer.schedule(

@@ -218,6 +218,7 @@ def test_generation_changes_with_the_registry() -> None:
     ],
 )
 def test_resolve_errors_name_the_reference(ref: str, match: str) -> None:
+    refs.permit_imports(["no_such_module_xyz"])  # let the import be tried (and fail)
     with pytest.raises(UnresolvableRefError, match=match) as info:
         resolve_ref(ref)
     assert info.value.ref == ref
@@ -225,6 +226,16 @@ def test_resolve_errors_name_the_reference(ref: str, match: str) -> None:
     assert isinstance(info.value, SerializationError)
     assert isinstance(info.value, TypeError)
     assert isinstance(info.value, TimewheelError)
+    assert not is_resolvable(ref)
+
+
+def test_resolve_ref_never_imports_a_module_no_allowlist_allows() -> None:
+    ref = "no_such_module_never_permitted:f"
+    with pytest.raises(refs.ReferenceNotAllowedError, match="it was not imported") as info:
+        resolve_ref(ref)
+    assert info.value.ref == ref
+    assert isinstance(info.value, UnresolvableRefError)
+    assert "allow=['no_such_module_never_permitted']" in str(info.value)
     assert not is_resolvable(ref)
 
 

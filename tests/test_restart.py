@@ -37,6 +37,7 @@ class Env:
 
     def open(self, **options: Any) -> tw.Scheduler:
         """A started scheduler on the file (a new store connection, as after a restart)."""
+        options.setdefault("allow", ["tests.apps"])
         sched = tw.Scheduler(
             clock=self.clock,
             store=SQLiteStore(self.db, durability="fast"),
@@ -312,7 +313,9 @@ def test_crash_between_skip_and_successor_loses_no_series(env: Env) -> None:
         return real_promote(ids, now, successors=successors)
 
     store.promote = promote  # type: ignore[method-assign,assignment]
-    crashed = tw.Scheduler(clock=env.clock, store=store, dispatcher=tw.InlineDispatcher())
+    crashed = tw.Scheduler(
+        clock=env.clock, store=store, dispatcher=tw.InlineDispatcher(), allow=["tests.apps"]
+    )
     crashed.start()
     with pytest.raises(_CrashAfterSkip):
         env.clock.advance(seconds=1)

@@ -49,7 +49,9 @@ def test_tasks_from_an_exited_process_run_once_across_two_workers(tmp_path: Path
     beats = tmp_path / "beats.log"
     n = 300
     # A producer process (this one) schedules and goes away before anything is due.
-    with tw.Scheduler(store=SQLiteStore(db), dispatcher=tw.InlineDispatcher()) as producer:
+    with tw.Scheduler(
+        store=SQLiteStore(db), dispatcher=tw.InlineDispatcher(), allow=["tests.apps"]
+    ) as producer:
         for i in range(n):
             producer.schedule(record, f"t{i}", str(log), delay=1.0 + (i % 10) * 0.1)
         bad = producer.schedule(fail, "boom", delay=1.0, id="bad")
@@ -100,7 +102,7 @@ def test_inspect_shows_the_coming_spike(tmp_path: Path) -> None:
     db = tmp_path / "spike.db"
     store = SQLiteStore(db)
     now = time.time()
-    with tw.Scheduler(store=store, dispatcher=tw.InlineDispatcher()) as s:
+    with tw.Scheduler(store=store, dispatcher=tw.InlineDispatcher(), allow=["tests.apps"]) as s:
         for i in range(50):
             s.schedule(record, f"s{i}", "/dev/null", at=now + 1830)
         s.schedule(record, "early", "/dev/null", at=now + 120)

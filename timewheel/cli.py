@@ -36,6 +36,7 @@ from timewheel.worker import is_worker_factory
 
 if TYPE_CHECKING:
     from timewheel.recurring import Registry
+    from timewheel.refs import Allowlist
     from timewheel.scheduler import Event, Scheduler
     from timewheel.stores.base import Store
 
@@ -119,6 +120,22 @@ def _queues(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"{text!r} has an empty queue name; write e.g. mail,billing"
         )
+    return names
+
+
+def _modules(text: str) -> list[str]:
+    from timewheel.errors import TimewheelError
+    from timewheel.refs import Allowlist
+
+    names = [m.strip() for m in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has an empty module name; write e.g. myapp.jobs,myapp.billing"
+        )
+    try:
+        Allowlist(names)
+    except TimewheelError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return names
 
 
@@ -417,6 +434,14 @@ def _load(target: str) -> object:
     return obj
 
 
+def _package_of(target: str) -> str:
+    """The package of the (imported) target module: ``myapp`` for ``myapp.jobs:registry``; a
+    package's own name for a package; the module itself for a top-level module."""
+    name = target.partition(":")[0]
+    package = getattr(sys.modules.get(name), "__package__", None)
+    return package if isinstance(package, str) and package else name
+
+
 def _describe(obj: object) -> str:
     if isinstance(obj, type):
         return f"the class {obj.__qualname__}"
@@ -497,20 +522,44 @@ def _ready_by_function(
     return out, len(tasks) >= limit
 
 
-def _import_problem(ref: str) -> str | None:
-    """Why this process cannot resolve *ref* (as a worker started here would), or None."""
+@dataclass(frozen=True)
+class _Verdict:
+    """What a worker does with a stored function reference."""
+
+    refused: str | None = None  # why no worker (with the allowlist given) runs it
+    import_problem: str | None = None  # allowed, but it does not resolve in this process
+    checked: bool = True  # False: its module is outside the allowlist given, so not imported
+
+
+def _judge(ref: str, allowlist: Allowlist | None, *, imports: bool = True) -> _Verdict:
+    """Judge *ref* as a worker with *allowlist* would (``None``: no allowlist known, so only the
+    rules every allowlist applies), importing only modules the allowlist allows."""
     from timewheel import refs
 
+    problem = refs.reference_problem(ref)
+    if problem is None and allowlist is not None:
+        problem = allowlist.problem(ref)
+    if problem is not None:
+        return _Verdict(refused=problem)
+    if not imports:
+        return _Verdict(checked=False)
     sys.path.insert(0, os.getcwd())
     try:
-        refs.resolve_ref(ref)
+        if allowlist is not None:
+            allowlist.resolve(ref)
+        else:
+            refs.resolve_ref(ref)  # never imports a module no allowlist of this process allows
+    except refs.ReferenceNotAllowedError as e:
+        if allowlist is None:
+            return _Verdict(checked=False)
+        return _Verdict(refused=str(e))  # the object found is not defined in an allowed module
     except refs.UnresolvableRefError as e:
-        return str(e)
+        return _Verdict(import_problem=str(e))
     except Exception as e:  # importing the module ran its code, which raised
-        return f"importing it raised {type(e).__name__}: {e}"
+        return _Verdict(import_problem=f"importing it raised {type(e).__name__}: {e}")
     finally:
         sys.path.pop(0)
-    return None
+    return _Verdict()
 
 
 def _report(sched: Scheduler, tracker: _Tracker, started: float, out: TextIO) -> None:
@@ -535,11 +584,18 @@ def _report(sched: Scheduler, tracker: _Tracker, started: float, out: TextIO) ->
         return
     by_func, _ = _ready_by_function(store, 10_000)
     for ref, dues in sorted(by_func.items()):
-        problem = _import_problem(ref)
-        if problem is not None:
+        verdict = _judge(ref, sched.runtime.allowlist)
+        if verdict.refused is not None:
+            print(
+                f"  {len(dues)} READY tasks call {ref}, which this worker's allowlist refuses; "
+                f"they end FAILED when claimed ({verdict.refused})",
+                file=out,
+                flush=True,
+            )
+        elif verdict.import_problem is not None:
             print(
                 f"  {len(dues)} READY tasks call {ref}, which this worker cannot import; they "
-                f"wait for a worker that can ({problem})",
+                f"wait for a worker that can ({verdict.import_problem})",
                 file=out,
                 flush=True,
             )
@@ -551,6 +607,8 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
     from timewheel.scheduler import Scheduler
 
     target = _resolve_target(args.target)
+    # the package of the target module, and what --allow adds (docs/security.md)
+    allowed = [_package_of(args.target), *(m for group in args.allow or () for m in group)]
     opened: _Opened | None = None
     if isinstance(target, Scheduler):
         if args.store:
@@ -560,6 +618,7 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
                 USAGE,
             )
         sched = target
+        sched.runtime.allow(allowed)
     else:
         if not args.store:
             _fail("--store URL is required (e.g. --store sqlite:///tasks.db)", USAGE)
@@ -574,6 +633,7 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
         sched = Scheduler(
             store=opened.store,
             dispatcher=ThreadPoolDispatcher(workers=args.concurrency, queues=args.queues),
+            allow=allowed,
         )
         if isinstance(target, Registry):
             sched.include(target)
@@ -606,6 +666,15 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
         print(
             f"timewheel worker: {sched.store!r}, {sched.dispatcher!r}; Ctrl-C or SIGTERM to stop "
             f"(waits up to {args.grace:g} s for running tasks), twice to stop at once",
+            file=out,
+            flush=True,
+        )
+        allowlist = sched.runtime.allowlist
+        print(
+            "timewheel worker: runs any function (its store is not shared)"
+            if allowlist.unrestricted
+            else "timewheel worker: runs registered names and the functions of "
+            f"{', '.join(allowlist.modules) or 'no module'} (--allow MODULES adds more)",
             file=out,
             flush=True,
         )
@@ -685,10 +754,45 @@ def _missed_slots(store: Store, now: float) -> list[dict[str, Any]]:
     return out
 
 
-def _collect(opened: _Opened, args: argparse.Namespace, now: float) -> dict[str, Any]:
-    """Everything ``inspect`` shows, as plain data (also the ``--json`` document)."""
+def _refused(store: Store, allowlist: Allowlist | None) -> list[dict[str, Any]]:
+    """Stored references of waiting tasks and schedules that no worker runs (with *allowlist*:
+    no worker with that allowlist), judged on their text: nothing is imported."""
+    from timewheel import refs
     from timewheel.task import TaskState
 
+    waiting = (TaskState.PENDING, TaskState.READY)
+    tasks: dict[str, int] = {}
+    for t in store.tasks(state=waiting, limit=_SCAN_LIMIT):
+        tasks[t.func_name] = tasks.get(t.func_name, 0) + 1
+    schedules: dict[str, int] = {}
+    for rec in store.list_schedules():
+        ref = rec.func if isinstance(rec.func, str) else refs.func_ref(rec.func)
+        schedules[ref] = schedules.get(ref, 0) + 1
+    out = []
+    for ref in sorted(tasks.keys() | schedules.keys()):
+        problem = refs.reference_problem(ref)
+        if problem is None and allowlist is not None:
+            problem = allowlist.problem(ref)
+        if problem is not None:
+            out.append(
+                {
+                    "function": ref,
+                    "tasks": tasks.get(ref, 0),
+                    "schedules": schedules.get(ref, 0),
+                    "reason": problem,
+                }
+            )
+    return out
+
+
+def _collect(opened: _Opened, args: argparse.Namespace, now: float) -> dict[str, Any]:
+    """Everything ``inspect`` shows, as plain data (also the ``--json`` document)."""
+    from timewheel.refs import Allowlist, permit_imports
+    from timewheel.task import TaskState
+
+    allowlist = Allowlist(m for group in args.allow for m in group) if args.allow else None
+    if allowlist is not None:  # as in a worker: stored Retry types of these modules resolve
+        permit_imports(allowlist.modules)
     store = opened.store
     inspect = _inspection(store)
     counts = store.count_by_state()
@@ -707,13 +811,15 @@ def _collect(opened: _Opened, args: argparse.Namespace, now: float) -> dict[str,
     by_func, capped = _ready_by_function(store)
     functions = []
     for ref, dues in sorted(by_func.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        problem = _import_problem(ref) if args.imports else None
+        verdict = _judge(ref, allowlist, imports=args.imports)
         functions.append(
             {
                 "function": ref,
                 "count": len(dues),
                 "oldest_seconds": max(0.0, now - dues[0]),
-                "import_problem": problem,
+                "refused": verdict.refused,
+                "import_problem": verdict.import_problem,
+                "import_checked": verdict.checked and verdict.refused is None,
             }
         )
     data["ready"] = {
@@ -722,6 +828,8 @@ def _collect(opened: _Opened, args: argparse.Namespace, now: float) -> dict[str,
         "by_function": functions,
         "examined_all": not capped,
     }
+    data["refused"] = _refused(store, allowlist)
+    data["allow"] = None if allowlist is None else list(allowlist.modules)
     data["unresolvable"] = dict(inspect.unresolvable()) if inspect is not None else {}
     data["missed_slots"] = _missed_slots(store, now)
     if inspect is not None:
@@ -786,11 +894,30 @@ def _print_report(data: dict[str, Any], out: TextIO) -> None:
         + (f" ({ready['count']} READY waiting for a worker)" if ready["count"] else ""),
         file=out,
     )
+    unchecked = False
     for f in ready["by_function"][:20]:
-        problem = f["import_problem"]
-        flag = f": cannot be imported here ({problem})" if problem else ""
+        if f["refused"]:
+            flag = f": no worker runs it ({f['refused']})"
+        elif f["import_problem"]:
+            flag = f": cannot be imported here ({f['import_problem']})"
+        else:
+            flag = ""
+            unchecked = unchecked or not f["import_checked"]
         print(
             f"  {f['count']:>8} READY {f['function']}, oldest {f['oldest_seconds']:.1f} s{flag}",
+            file=out,
+        )
+    if unchecked:
+        print(
+            "  (import paths outside --allow were not imported to check them: pass --allow "
+            "with the modules your workers allow)",
+            file=out,
+        )
+    for r in data["refused"]:
+        print(
+            f"refused function {r['function']!r}: {r['tasks']} waiting task(s), "
+            f"{r['schedules']} schedule(s); no worker runs it (a worker that claims one ends it "
+            f"FAILED without importing it): {r['reason']}",
             file=out,
         )
     for ref, n in data["unresolvable"].items():
@@ -869,6 +996,10 @@ TARGET is one of:
 Anything else (a task function, a class, a value) is refused: the worker never calls task
 functions itself.
 
+Which stored functions run: registered names, and import paths into the package of the target
+module (myapp for myapp.jobs:registry) or into a module given with --allow. Any other stored
+reference ends its task FAILED without being imported (see docs/security.md).
+
 Stopping: Ctrl-C or SIGTERM stops claiming and waits up to --grace seconds for running tasks
 (still running then: released to READY for another worker); a second Ctrl-C or SIGTERM exits at
 once (exit status 128 + the signal), and unfinished tasks run again once their lease expires.
@@ -876,8 +1007,9 @@ once (exit status 128 + the signal), and unfinished tasks run again once their l
 
 _INSPECT_EPILOG = """\
 Shows tasks by state; PENDING tasks past due (nothing triggers the store); READY tasks waiting
-for a worker, by function, with those this process cannot import; recurring slots no scheduler
-triggered; the load per bucket over the horizon, with a warning for a thundering herd; the
+for a worker, by function, with those this process cannot import (only modules inside --allow
+are imported); stored functions no worker runs (refused by every allowlist, or by --allow);
+recurring slots no scheduler triggered; the load per bucket over the horizon, with a warning for a thundering herd; the
 latest failures with their errors. A store this user can only read is inspected from a
 snapshot. Nothing is created: a missing store is an error.
 """
@@ -939,6 +1071,14 @@ def _parser() -> _Parser:
         help="comma-separated queue names to serve (default: all)",
     )
     worker.add_argument(
+        "--allow",
+        type=_modules,
+        action="append",
+        metavar="MODULES",
+        help="comma-separated modules or packages whose functions run from stored import paths, "
+        "besides registered names and the target module's package (repeatable)",
+    )
+    worker.add_argument(
         "--concurrency", type=_positive_int, default=8, metavar="N", help="worker threads"
     )
     worker.add_argument(
@@ -985,10 +1125,19 @@ def _parser() -> _Parser:
         "--failures", type=_count, default=10, metavar="N", help="latest failures to show"
     )
     inspect.add_argument(
+        "--allow",
+        type=_modules,
+        action="append",
+        metavar="MODULES",
+        help="judge stored functions as a worker allowing these modules would (comma-separated, "
+        "repeatable; give what your workers allow); only these modules are imported",
+    )
+    inspect.add_argument(
         "--no-imports",
         dest="imports",
         action="store_false",
-        help="do not import the modules of waiting tasks' functions to check that they resolve",
+        help="do not import the modules of waiting tasks' functions (inside --allow) to check "
+        "that they resolve",
     )
     inspect.add_argument("--json", action="store_true", help="print one JSON document")
     return parser

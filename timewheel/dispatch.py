@@ -31,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 from timewheel.clock import Clock
 from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
+from timewheel.refs import ReferenceNotAllowedError
 from timewheel.stores.base import Changed, Store
 from timewheel.task import Task, TaskState
 
@@ -41,6 +42,7 @@ __all__ = [
     "NullDispatcher",
     "ThreadPoolDispatcher",
     "complete",
+    "refuse",
     "run_claimed",
     "run_task",
 ]
@@ -82,7 +84,12 @@ class Engine(Protocol):
         ...
 
     def resolve(self, task: Task) -> Callable[..., Any]:
-        """The callable for *task* (raises ``SerializationError`` if it cannot be resolved)."""
+        """The callable for *task*.
+
+        Raises ``ReferenceNotAllowedError`` when the scheduler's allowlist refuses the stored
+        reference (claim the task and :func:`refuse` it), and another ``SerializationError``
+        when it is allowed but does not resolve in this process (leave it for another worker).
+        """
         ...
 
     def claim(self, task: Task, owner: str) -> Task | None:
@@ -147,10 +154,12 @@ def complete(
     result: Any = None,
     exc: BaseException | None = None,
     timed_out: bool = False,
+    final: bool = False,
 ) -> Changed | None:
     """Store the outcome of *owner*'s run of *task* (the version it claimed), applying retries.
 
-    Returns None when *owner* no longer holds the task (the outcome is discarded).
+    With *final*, a failure is stored as it is, without consulting the retry policy. Returns None
+    when *owner* no longer holds the task (the outcome is discarded).
     """
     store = engine.store
     now = engine.clock.time()
@@ -167,7 +176,7 @@ def complete(
         )
         summary = _summary(err)
         what = "timed out" if timed_out else "failed"
-        if task.retry.should_retry(task.attempts, err):
+        if not final and task.retry.should_retry(task.attempts, err):
             due = now + task.retry.delay_for(task.attempts)
             changed = store.finish(
                 task.id, owner=owner, state=TaskState.PENDING, now=now, due=due, error=summary
@@ -219,6 +228,11 @@ def run_task(
     """
     try:
         func = engine.resolve(task)
+    except ReferenceNotAllowedError as e:
+        claimed = engine.claim(task, owner)
+        if claimed is not None:
+            refuse(engine, claimed, owner, e)
+        return claimed
     except Exception as e:
         _report_unresolved(task, e)
         return None
@@ -227,6 +241,17 @@ def run_task(
         return None
     run_claimed(engine, claimed, owner, func, running)
     return claimed
+
+
+def refuse(engine: Engine, claimed: Task, owner: str, error: ReferenceNotAllowedError) -> None:
+    """End a claimed task whose stored function reference the allowlist refuses: FAILED with
+    *error* as its error, without a retry (another attempt would meet the same refusal), and one
+    ERROR log line. The function was never imported or called."""
+    log.error("task %r ends FAILED without running: %s", claimed.id, error)
+    try:
+        complete(engine, claimed, owner, exc=error, final=True)
+    except Exception:  # the engine's own bookkeeping failed: never kill the worker
+        log.exception("task %r: error while failing it", claimed.id)
 
 
 def _report_unresolved(task: Task, error: Exception) -> None:
@@ -515,6 +540,10 @@ class ThreadPoolDispatcher:
                 return  # shutdown releases what is still waiting back to READY
             try:
                 func = engine.resolve(task)
+            except ReferenceNotAllowedError as e:
+                refuse(engine, task, owner, e)
+                self._running.remove(task.id, owner)
+                continue
             except Exception as e:
                 _report_unresolved(task, e)
                 self._release(engine, task, owner, "its function does not import here")

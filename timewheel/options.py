@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 
 from timewheel.errors import InvalidScheduleError
 from timewheel.jobs import Job
-from timewheel.refs import check_json, func_ref, resolve_ref
+from timewheel.refs import Allowlist, check_json, func_ref
 from timewheel.rules import Misfire, Overlap
 from timewheel.stores.base import OnConflict
 from timewheel.task import EMPTY_KWARGS, NO_RETRY, WHEN_VALUES, Retry, Task
@@ -169,18 +169,25 @@ def build_task(
     timeout: float | timedelta | None = None,
     after: Iterable[Job | str] | Job | str | None = None,
     when: str = "all_success",
+    allowlist: Allowlist | None = None,
 ) -> Task:
     """A validated PENDING task for ``func(*args, **kwargs)`` due at *due*.
 
     With a *durable* store, *func* becomes an importable reference and the arguments must be JSON;
-    ids are then random UUIDs (unique across processes), else *new_id()*.
+    ids are then random UUIDs (unique across processes), else *new_id()*. A reference (given as a
+    string, or any function on a durable store) must be one *allowlist* runs: the scheduler's
+    (``None``: registered names only on a durable store, anything otherwise).
 
     Raises:
         InvalidScheduleError, TypeError, SerializationError: naming the bad option.
+        ReferenceNotAllowedError: (a ``SerializationError``) the scheduler would not run *func*.
     """
+    if allowlist is None:
+        allowlist = Allowlist() if durable else Allowlist.everything()
     ref: Callable[..., Any] | str
     if isinstance(func, str):
-        resolve_ref(func)  # raises SerializationError naming the reference
+        allowlist.check(func, scheduling=True)
+        allowlist.resolve(func)  # raises SerializationError naming the reference
         ref = func
     elif not callable(func):
         raise TypeError(f"func must be callable (got {func!r} that is a {type(func).__name__})")
@@ -191,6 +198,7 @@ def build_task(
     if durable:
         if not isinstance(ref, str):
             ref = func_ref(ref)
+            allowlist.check(ref, scheduling=True)
         check_json(args, kwargs or {})
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise TypeError(f"priority must be an int (got {priority!r})")

@@ -16,6 +16,15 @@ lambdas, functions nested in other functions (``<locals>``), bound methods of in
 ``functools.partial`` objects and other callable instances, and functions defined in ``__main__``
 (a worker process runs a different ``__main__`` and cannot import them).
 
+**Which stored references run** is an application's decision, not the store's: anyone who can
+write one row into a shared store can put any text in ``func``. An :class:`Allowlist` says what a
+scheduler runs: registered names, and import paths inside the modules and packages the application
+lists (``Scheduler(allow=["myapp.jobs"])``). It is checked on the text, *before* any import, and
+again on the object found (it must be defined in an allowed module), so a stored reference outside
+it is never imported. Nothing in this process imports a module *because stored text names it*
+unless some allowlist in the process allows that module or the module is already imported
+(:func:`import_path`); see ``docs/security.md``.
+
 Arguments must survive a JSON round trip *unchanged* (:func:`check_json`): ``None``, ``bool``,
 ``int``, finite ``float``, ``str``, ``list`` and ``dict`` with ``str`` keys, nested freely. A
 **nested tuple is refused** rather than silently turned into a list: the same handler would see
@@ -30,14 +39,17 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+import sys
 import threading
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
-from timewheel.errors import SerializationError
+from timewheel.errors import InvalidScheduleError, InvalidTypeError, SerializationError
 
 __all__ = [
+    "Allowlist",
+    "ReferenceNotAllowedError",
     "ResultRepr",
     "UnresolvableRefError",
     "check_json",
@@ -46,6 +58,9 @@ __all__ = [
     "generation",
     "import_path",
     "is_resolvable",
+    "permit_imports",
+    "permitted_imports",
+    "reference_problem",
     "register",
     "register_task",
     "registered",
@@ -60,6 +75,7 @@ _registry: dict[str, Callable[..., Any]] = {}
 _names: dict[int, str] = {}  # id(func) -> name, for func_ref of a registered function
 _lock = threading.Lock()
 _generation = 0
+_permitted: tuple[str, ...] = ()  # modules some allowlist of this process allows (import_path)
 _JSON_SCALARS = (type(None), bool, int, str)
 
 
@@ -73,6 +89,15 @@ class UnresolvableRefError(SerializationError):
     def __init__(self, message: str, ref: str) -> None:
         super().__init__(message)
         self.ref = ref
+
+
+class ReferenceNotAllowedError(UnresolvableRefError):
+    """A stored reference the allowlist in force refuses; it was not imported.
+
+    A subclass of :class:`UnresolvableRefError` (a reference this process will not resolve), but
+    final: a dispatcher ends the task FAILED instead of leaving it for another worker. ``ref``
+    holds the reference; the message says which setting allows it.
+    """
 
 
 # -- the registry ---------------------------------------------------------------------------------
@@ -242,17 +267,46 @@ def _same(a: object, b: object) -> bool:
 def import_path(ref: str) -> Any:
     """The object an import path ``"module:qualname"`` names (any object: a function, a class).
 
+    It applies no allowlist (use :meth:`Allowlist.resolve` for a function to *call*), but it imports
+    a module only when the module is imported already or an allowlist of this process allows it
+    (:func:`permit_imports`): importing runs a module's top-level code, so text read from a store
+    never makes this process import a module the application did not allow.
+
     Raises:
+        ReferenceNotAllowedError: the module is not imported yet and no allowlist here allows it,
+            or its path goes through a special name (``"pkg.__main__"``).
         UnresolvableRefError: the path is malformed, the module does not import, or it has no
             such attribute path.
     """
+    module, qualname = _split(ref)
+    problem = _module_problem(module)
+    if problem is not None:
+        raise ReferenceNotAllowedError(f"{ref!r} is refused: {problem}; nothing was imported", ref)
+    if sys.modules.get(module) is None and not _covered(module, _permitted):
+        raise ReferenceNotAllowedError(
+            f"{ref!r} names the module {module!r}, which this process has not imported and no "
+            "allowlist here allows, so it was not imported; allow it (Scheduler(allow="
+            f"[{module!r}]) or `timewheel worker --allow {module}`) or import it at start-up",
+            ref,
+        )
+    obj: Any = _import_module(module, ref)
+    for part in qualname.split("."):
+        obj = _attribute(obj, part, module, qualname, ref)
+    return obj
+
+
+def _split(ref: str) -> tuple[str, str]:
     module, sep, qualname = ref.partition(":")
     if not sep or not module or not qualname:
         raise UnresolvableRefError(
             f"{ref!r} is neither a registered task name nor a 'module:qualname' import path", ref
         )
+    return module, qualname
+
+
+def _import_module(module: str, ref: str) -> types.ModuleType:
     try:
-        obj: Any = importlib.import_module(module)
+        return importlib.import_module(module)
     except ImportError as e:
         raise UnresolvableRefError(
             f"module {module!r} of {ref!r} cannot be imported ({e})", ref
@@ -261,31 +315,40 @@ def import_path(ref: str) -> Any:
         raise UnresolvableRefError(
             f"importing module {module!r} of {ref!r} raised {type(e).__name__}: {e}", ref
         ) from e
-    for part in qualname.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise UnresolvableRefError(
-                f"module {module!r} has no attribute path {qualname!r} (reference {ref!r})", ref
-            ) from None
-    return obj
+
+
+def _attribute(obj: Any, part: str, module: str, qualname: str, ref: str) -> Any:
+    try:
+        return getattr(obj, part)
+    except AttributeError:
+        raise UnresolvableRefError(
+            f"module {module!r} has no attribute path {qualname!r} (reference {ref!r})", ref
+        ) from None
+
+
+def _callable(ref: str, obj: Any) -> Callable[..., Any]:
+    if not callable(obj):
+        raise UnresolvableRefError(f"{ref!r} names {obj!r}, which is not callable", ref)
+    return obj  # type: ignore[no-any-return]  # callable() narrowed it at run time
 
 
 def resolve_ref(ref: str) -> Callable[..., Any]:
     """The function a reference names: a registered name first, then ``"module:qualname"``.
 
+    No allowlist is applied (only :func:`import_path`'s rule on imports): a function to run
+    from text read from a store is resolved with :meth:`Allowlist.resolve`.
+
     Raises:
         UnresolvableRefError: (a ``SerializationError``) nothing by that name is registered or
             importable in this process, or it is not callable; the message names *ref*.
+            :class:`ReferenceNotAllowedError` when the module was not imported (see
+            :func:`import_path`).
     """
     with _lock:
         func = _registry.get(ref)
     if func is not None:
         return func
-    obj = import_path(ref)
-    if not callable(obj):
-        raise UnresolvableRefError(f"{ref!r} names {obj!r}, which is not callable", ref)
-    return obj  # type: ignore[no-any-return]  # callable() narrowed it at run time
+    return _callable(ref, import_path(ref))
 
 
 def is_resolvable(ref: str) -> bool:
@@ -295,6 +358,286 @@ def is_resolvable(ref: str) -> bool:
     except UnresolvableRefError:
         return False
     return True
+
+
+# -- the allowlist --------------------------------------------------------------------------------
+def _covered(module: str, prefixes: Iterable[str]) -> bool:
+    """True when *module* is one of *prefixes* or inside one (on dotted boundaries)."""
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _is_dunder(part: str) -> bool:
+    return len(part) > 4 and part.startswith("__") and part.endswith("__")
+
+
+def _module_problem(module: str) -> str | None:
+    """Why *module* is not a plain absolute module path, or None."""
+    parts = module.split(".")
+    if not all(p.isidentifier() for p in parts):
+        return f"{module!r} is not a dotted module path"
+    special = [p for p in parts if _is_dunder(p)]
+    if special:
+        return f"the module path {module!r} goes through the special name {special[0]!r}"
+    return None
+
+
+def _module_names(modules: Iterable[str], where: str) -> tuple[str, ...]:
+    """*modules* checked and reduced: sorted, without duplicates or modules inside another."""
+    if isinstance(modules, str):
+        raise InvalidTypeError(
+            f"{where} takes a list of module names (got the str {modules!r}); pass [{modules!r}]"
+        )
+    names: list[str] = []
+    for m in modules:
+        if not isinstance(m, str):
+            raise InvalidTypeError(f"{where} takes module names (got {m!r}, a {type(m).__name__})")
+        problem = _module_problem(m)
+        if problem is not None:
+            raise InvalidScheduleError(
+                f"{where} takes module or package names such as 'myapp.jobs' ({problem})"
+            )
+        names.append(m)
+    unique = sorted(set(names))
+    return tuple(m for m in unique if not _covered(m, (p for p in unique if p != m)))
+
+
+def reference_problem(ref: str) -> str | None:
+    """Why no allowlist runs the import path *ref*, judged on its text alone, or None.
+
+    Every :class:`Allowlist` refuses a module path with a special name (``"pkg.__main__"``), a
+    qualname that is not a dotted path of names, and one that reaches a name starting with
+    ``_`` (``"myapp.jobs:__builtins__"``). A registered name, or a name without ``":"``, has no
+    problem here.
+    """
+    with _lock:
+        if ref in _registry:
+            return None
+    module, sep, qualname = ref.partition(":")
+    if not sep:
+        return None
+    problem = _module_problem(module)
+    if problem is not None:
+        return problem
+    parts = qualname.split(".")
+    if not all(p.isidentifier() for p in parts):
+        return f"{qualname!r} is not a dotted path of names"
+    private = [p for p in parts if p.startswith("_")]
+    if private:
+        return (
+            f"it reaches the attribute {private[0]!r}: only public names (not starting with '_') "
+            "are followed"
+        )
+    return None
+
+
+class Allowlist:
+    """Which stored function references a scheduler runs.
+
+    A reference runs when it is:
+
+    * a name registered in this process (:func:`register`, :func:`register_task`); or
+    * an import path ``"module:qualname"`` whose module is one of *modules* or inside one of them,
+      on dotted boundaries (``"myapp.jobs"`` allows ``myapp.jobs`` and ``myapp.jobs.mail``, not
+      ``myapp.jobsx``), whose qualname is a dotted path of public names (no part starting with
+      ``_``), and each of whose steps is an object *defined* in an allowed module: not a module,
+      and not something the module merely imported (``"myapp.jobs:os.system"`` and, after
+      ``from os import system``, ``"myapp.jobs:system"`` are refused).
+
+    The text is checked before anything is imported; the objects along the path after the
+    allowed module is imported. A refused reference raises :class:`ReferenceNotAllowedError`
+    and is never imported.
+
+    ``Allowlist()`` runs registered names only; ``Allowlist(["myapp.jobs", "myapp.billing"])``
+    also those modules (and the modules inside them); :meth:`everything` runs any reference (the
+    default on a store no other process can write, ``MemoryStore``).
+
+    Immutable; two allowlists are equal when they allow the same references.
+
+    Raises:
+        InvalidTypeError: *modules* is a single string, or holds something else than strings.
+        InvalidScheduleError: a name is not a dotted module path (``"myapp.jobs"``).
+    """
+
+    __slots__ = ("_everything", "_modules")
+
+    def __init__(self, modules: Iterable[str] = ()) -> None:
+        self._modules = _module_names(modules, "allow=")
+        self._everything = False
+
+    @classmethod
+    def everything(cls) -> Allowlist:
+        """An allowlist that runs any reference: for a store only this process writes."""
+        allowlist = cls()
+        allowlist._everything = True
+        return allowlist
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The allowed modules and packages, sorted (empty for :meth:`everything`)."""
+        return self._modules
+
+    @property
+    def unrestricted(self) -> bool:
+        """True for :meth:`everything`."""
+        return self._everything
+
+    def extended(self, modules: Iterable[str]) -> Allowlist:
+        """This allowlist with *modules* allowed too."""
+        if self._everything:
+            return self
+        return Allowlist(self._modules + _module_names(modules, "allow="))
+
+    def covers(self, module: str) -> bool:
+        """True when import paths into *module* may run (it is allowed or inside an allowed one)."""
+        return self._everything or _covered(module, self._modules)
+
+    def problem(self, ref: str) -> str | None:
+        """Why *ref* is refused, judged on its text alone (nothing is imported), or None.
+
+        A name without ``":"`` is never refused here: it runs if it is registered (and is
+        unresolvable, not refused, where it is not).
+        """
+        if self._everything:
+            return None
+        problem = reference_problem(ref)
+        if problem is not None:
+            return problem
+        module, sep, _ = ref.partition(":")
+        if not sep or ref in _registry:
+            return None
+        if not self.covers(module):
+            return f"the module {module!r} is outside {self.describe()}"
+        return None
+
+    def permits(self, ref: str) -> bool:
+        """True unless :meth:`problem` refuses *ref* (nothing is imported)."""
+        return self.problem(ref) is None
+
+    def check(self, ref: str, *, scheduling: bool = False) -> None:
+        """Raise :class:`ReferenceNotAllowedError` if *ref* is refused (nothing is imported).
+
+        With *scheduling*, the message speaks of the ``schedule()`` call that would store *ref*.
+        """
+        problem = self.problem(ref)
+        if problem is not None:
+            raise self._refusal(ref, problem, scheduling=scheduling)
+
+    def resolve(self, ref: str) -> Callable[..., Any]:
+        """The function *ref* names, if this allowlist runs it.
+
+        Raises:
+            ReferenceNotAllowedError: *ref* is refused (by its text, before any import, or by an
+                object along its path, after its allowed module was imported).
+            UnresolvableRefError: *ref* is allowed but does not resolve here (not registered,
+                its module does not import, no such attribute, not callable).
+        """
+        with _lock:
+            func = _registry.get(ref)
+        if func is not None:
+            return func
+        module, qualname = _split(ref)
+        if self._everything:
+            obj: Any = _import_module(module, ref)
+            for part in qualname.split("."):
+                obj = _attribute(obj, part, module, qualname, ref)
+            return _callable(ref, obj)
+        self.check(ref)
+        obj = _import_module(module, ref)
+        parts = qualname.split(".")
+        for i, part in enumerate(parts):
+            obj = _attribute(obj, part, module, qualname, ref)
+            step = f"{module}:{'.'.join(parts[: i + 1])}"
+            if isinstance(obj, types.ModuleType):
+                raise self._refusal(
+                    ref,
+                    f"{step} is the module {obj.__name__!r}, not an object defined in {module!r}",
+                    imported=True,
+                )
+            home = getattr(obj, "__module__", None)
+            if not isinstance(home, str) or not self.covers(home):
+                where = f"in {home!r}" if isinstance(home, str) else "in no module it names"
+                raise self._refusal(
+                    ref,
+                    f"{step} is {_short(obj)}, defined {where}, outside {self.describe()}",
+                    imported=True,
+                )
+        return _callable(ref, obj)
+
+    def describe(self) -> str:
+        """The allowlist in words, for messages."""
+        if self._everything:
+            return "an allowlist that allows every reference"
+        if not self._modules:
+            return "the allowlist (registered names only)"
+        return f"the allowlist (registered names and the modules {', '.join(self._modules)})"
+
+    def _refusal(
+        self, ref: str, why: str, *, imported: bool = False, scheduling: bool = False
+    ) -> ReferenceNotAllowedError:
+        """The error for a refused *ref*; *imported*: refused for the object found in its
+        allowed module (else on its text, before any import)."""
+        module = ref.partition(":")[0]
+        register = "register the function by name (timewheel.refs.register)"
+        if imported:
+            way_out = (
+                "An import path runs only what an allowed module defines, not what it imports; "
+                f"{register} if it must run"
+            )
+        elif reference_problem(ref) is not None:
+            way_out = (
+                "A stored reference names a public function or class of an allowed module "
+                f"('module:function' or 'module:Class.method'); {register} for anything else"
+            )
+        else:
+            way_out = (
+                f"If it is your code, allow its module: Scheduler(allow=[{module!r}]) or "
+                f"`timewheel worker --allow {module}`; or {register}"
+            )
+        if scheduling:
+            return ReferenceNotAllowedError(
+                f"cannot schedule {ref!r} into a durable store: this scheduler would not run it: "
+                f"{why}. {way_out}",
+                ref,
+            )
+        done = "it was not called" if imported else "it was not imported"
+        return ReferenceNotAllowedError(
+            f"function reference {ref!r} is not allowed to run: {why}; {done}. {way_out}", ref
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Allowlist):
+            return NotImplemented
+        return (self._everything, self._modules) == (other._everything, other._modules)
+
+    def __hash__(self) -> int:
+        return hash((self._everything, self._modules))
+
+    def __repr__(self) -> str:
+        if self._everything:
+            return "Allowlist.everything()"
+        return f"Allowlist({list(self._modules)!r})"
+
+
+def permit_imports(modules: Iterable[str]) -> None:
+    """Let :func:`import_path` import *modules* (and the modules inside them) in this process.
+
+    A scheduler calls it with its allowlist's modules when it is built: then resolving stored
+    text anywhere in the process (a durable store checking which READY tasks this process can
+    run, the exception types of a stored ``Retry``) may import what some allowlist allows, and
+    nothing else. Permissions only grow; a change moves :func:`generation`.
+    """
+    global _permitted
+    names = _module_names(modules, "permit_imports()")
+    with _lock:
+        merged = _module_names((*_permitted, *names), "permit_imports()")
+        if merged != _permitted:
+            _permitted = merged
+            _bump()
+
+
+def permitted_imports() -> tuple[str, ...]:
+    """The modules :func:`permit_imports` allowed in this process, sorted."""
+    return _permitted
 
 
 # -- JSON arguments -------------------------------------------------------------------------------
@@ -382,5 +725,6 @@ class ResultRepr(str):
 
 
 def generation() -> int:
-    """A counter that changes whenever the registry changes (lets callers cache resolvability)."""
+    """A counter that changes whenever the registry changes or :func:`permit_imports` allows more
+    (lets callers cache resolvability)."""
     return _generation

@@ -25,7 +25,7 @@ from timewheel.events import TERMINAL_EVENT, EventHub
 from timewheel.jobs import Job
 from timewheel.ready import ReadyQueue
 from timewheel.recurring import Recurring
-from timewheel.refs import resolve_ref
+from timewheel.refs import Allowlist, permit_imports
 from timewheel.stores.base import Changed, OnConflict, Store
 from timewheel.task import TERMINAL_STATES, Task, TaskState
 from timewheel.trigger import Trigger
@@ -68,6 +68,9 @@ class Runtime:
         lease: seconds a claim lasts without a heartbeat.
         timezone: the default zone of cron schedules.
         served: the queue names the dispatcher serves (``None``: all).
+        allow: which stored function references run (``None``: registered names only on a
+            durable store, anything on a store only this process writes); see
+            :class:`~timewheel.refs.Allowlist`.
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class Runtime:
         max_lease_recoveries: int,
         batch: int,
         poll_interval: float | None,
+        allow: Allowlist | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -114,20 +118,32 @@ class Runtime:
         #: start minus due time of the most recent runs, seconds
         self.lateness: deque[float] = deque(maxlen=100_000)
         self._resolved: dict[str, Callable[..., Any]] = {}
+        if allow is None:
+            allow = Allowlist() if store.durable else Allowlist.everything()
+        #: which stored function references this scheduler runs
+        self.allowlist = allow
+        permit_imports(allow.modules)
+
+    def allow(self, modules: Iterable[str]) -> None:
+        """Run import paths into *modules* too (``timewheel worker`` adds its target's package)."""
+        self.allowlist = self.allowlist.extended(modules)
+        permit_imports(self.allowlist.modules)
 
     # -- the dispatcher's side (the Engine protocol) ---------------------------------------------
     def resolve(self, task: Task) -> Callable[..., Any]:
-        """The callable *task* names (a stored reference is imported once per process).
+        """The callable *task* names: a stored reference is checked against :attr:`allowlist`
+        before anything is imported, and resolved once per process.
 
         Raises:
-            SerializationError: the reference does not resolve in this process.
+            ReferenceNotAllowedError: the allowlist refuses the reference (it was not imported).
+            SerializationError: the reference is allowed but does not resolve in this process.
         """
         func = task.func
         if not isinstance(func, str):
             return func
         got = self._resolved.get(func)
         if got is None:
-            got = self._resolved[func] = resolve_ref(func)
+            got = self._resolved[func] = self.allowlist.resolve(func)
         return got
 
     def claim(self, task: Task, owner: str) -> Task | None:

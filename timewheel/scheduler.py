@@ -40,6 +40,7 @@ from timewheel.options import (
 )
 from timewheel.ready import ReadyQueue
 from timewheel.recurring import Registry, Schedule, interval_of
+from timewheel.refs import Allowlist
 from timewheel.rules import resolve_zone
 from timewheel.runtime import ClockDriver, Runtime, SchedulerStatistics
 from timewheel.stores.base import Store, SupportsCompactInsert, SupportsInspection
@@ -80,6 +81,14 @@ class Scheduler:
         poll_interval: with a durable store shared by several processes, how often (seconds)
             the store is polled for tasks other processes scheduled or made ready; such a task
             runs at most this late.
+        allow: the modules and packages whose functions this scheduler runs from import paths
+            read from its store (``["myapp.jobs", "myapp.billing"]``: those modules and the
+            modules inside them), or a :class:`~timewheel.refs.Allowlist`. Registered names
+            (``timewheel.refs.register``) always run. The default on a durable store is
+            registered names only; on a store only this process writes (``MemoryStore``), any
+            function. ``schedule()`` refuses a function this scheduler would not run, and a
+            stored reference outside it ends FAILED without being imported (see
+            ``docs/security.md``).
 
     Use it as a context manager (``with Scheduler() as sched:``) or call :meth:`start` and
     :meth:`shutdown`. Tasks may be scheduled before :meth:`start`; none runs until then.
@@ -103,6 +112,7 @@ class Scheduler:
         max_lease_recoveries: int = 3,
         batch: int = 1_000,
         poll_interval: float = 1.0,
+        allow: Iterable[str] | Allowlist | None = None,
     ) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._store: Store = store if store is not None else MemoryStore()
@@ -127,6 +137,7 @@ class Scheduler:
             poll_interval=(
                 None if self._fake else seconds(poll_interval, "poll_interval", above=0)
             ),
+            allow=allow if allow is None or isinstance(allow, Allowlist) else Allowlist(allow),
         )
         self._trigger = self._runtime.trigger
         self._events = self._runtime.events
@@ -389,6 +400,7 @@ class Scheduler:
                 now=now,
                 durable=self._store.durable,
                 new_id=lambda: "template",
+                allowlist=self._runtime.allowlist,
                 **task_options,
             )
             return self._runtime.recurring.create(
@@ -416,6 +428,7 @@ class Scheduler:
             now=now,
             durable=self._store.durable,
             new_id=self._new_id,
+            allowlist=self._runtime.allowlist,
             **options,
         )
         return Job(self._runtime, self._runtime.submit(task, on_conflict))

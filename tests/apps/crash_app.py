@@ -91,6 +91,7 @@ def victim(db: str, runs: str, starts: str, inline: bool, lease: float) -> None:
         dispatcher=dispatcher,
         lease=lease,
         max_lease_recoveries=1_000_000,
+        allow=["tests.apps"],
         poll_interval=0.05,
         horizon=1.0,  # a short horizon: start-up loads a slice, later refills load the rest
     )
@@ -139,6 +140,7 @@ def make_worker() -> tw.Scheduler:
         dispatcher=tw.ThreadPoolDispatcher(workers=4),
         lease=lease,
         max_lease_recoveries=1_000_000,
+        allow=["tests.apps"],
         poll_interval=0.05,
     )
     log = os.environ.get(LOG_ENV)

@@ -880,6 +880,8 @@ class SQLiteStore:
             try:
                 refs.resolve_ref(ref)
                 ok = True
+            except refs.ReferenceNotAllowedError:
+                ok = True  # claimed, never imported: the worker's allowlist ends it FAILED
             except refs.UnresolvableRefError as e:
                 ok = False
                 if ref not in self._warned:
