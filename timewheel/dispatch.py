@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from timewheel.clock import Clock
+from timewheel.context import call_as
 from timewheel.ready import ReadyQueue
 from timewheel.stores.base import Changed, Store
 from timewheel.task import Task, TaskState
@@ -238,7 +239,7 @@ def run_claimed(
         engine.started(claimed)
         started = clock.monotonic()
         try:
-            result = func(*claimed.args, **claimed.kwargs)
+            result = call_as(claimed, func, claimed.args, claimed.kwargs)
         except BaseException as e:  # SystemExit too: a task must never end its worker thread
             log.info("task %r failed (attempt %d): %s", claimed.id, claimed.attempts, _summary(e))
             complete(engine, claimed, owner, exc=e)
