@@ -122,9 +122,9 @@ def fast_due(
             return None
         return at, time()
     # a plain number (not bool, not a subclass, not timedelta), finite
-    if delay.__class__ in PLAIN_NUMBERS and -BIG_DELAY < delay < BIG_DELAY:  # type: ignore[operator]
+    if delay.__class__ in PLAIN_NUMBERS and -BIG_DELAY < delay < BIG_DELAY:
         now = time()
-        return now + delay, now  # type: ignore[operator]
+        return now + delay, now
     return None
 
 
