@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar, overload
 
 from typing_extensions import Unpack
@@ -33,9 +33,9 @@ from timewheel.events import Event
 from timewheel.jobs import Job, TaskFunction
 from timewheel.options import (
     SCHEDULE_OPTIONS,
-    OneShotOptions,
     RecurringOptions,
     Series,
+    TaskOptions,
     fast_due,
     prepare,
     unknown_options,
@@ -49,12 +49,21 @@ from timewheel.stores.memory import MemoryStore
 from timewheel.task import TERMINAL_STATES, Task, TaskState
 from timewheel.validate import count, seconds
 
-__all__ = ["AsyncScheduler"]
+__all__ = ["AsyncOneShotOptions", "AsyncScheduler"]
 
 log = logging.getLogger("timewheel.aio")
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+
+
+class AsyncOneShotOptions(TaskOptions, total=False):
+    """Options of a one-shot task of an ``AsyncScheduler``, besides ``delay`` (``after=`` takes
+    ``AsyncJob`` handles)."""
+
+    at: datetime | float | None
+    after: Iterable[AsyncJob | Job | str] | AsyncJob | Job | str | None
+    when: str
 
 
 class AsyncScheduler:
@@ -324,7 +333,7 @@ class AsyncScheduler:
         /,
         *args: Any,
         delay: float | timedelta | None = None,
-        **options: Unpack[OneShotOptions],
+        **options: Unpack[AsyncOneShotOptions],
     ) -> AsyncJob: ...
     async def schedule(
         self,
