@@ -83,8 +83,8 @@ class AsyncScheduler:
             warning naming the coroutine tasks running.
         store_runner: where store calls run (default: on the loop for a store that does no I/O,
             in one thread of its own for a durable store); see :mod:`timewheel.aio.runner`.
-        tick, timezone, lease, ready_capacity, horizon, max_lease_recoveries, batch,
-            poll_interval: as for :class:`~timewheel.scheduler.Scheduler`.
+        tick, timezone, lease, ready_capacity, horizon, max_lease_recoveries, batch, poll_interval:
+            as for :class:`~timewheel.scheduler.Scheduler`.
 
     Use it as an async context manager on the running loop (``async with AsyncScheduler() as
     sched:``) or await :meth:`start` and :meth:`shutdown`. Its methods are called from the loop's
