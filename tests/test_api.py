@@ -5,6 +5,9 @@ from __future__ import annotations
 import timewheel
 
 EXPECTED = {
+    "AsyncJob",
+    "AsyncScheduler",
+    "current_task",
     "DelayQueue",
     "DelayQueueStatistics",
     "DelayToken",

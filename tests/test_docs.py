@@ -18,11 +18,13 @@ when the Markdown is rendered)::
   earlier blocks run first in the same namespace.
 
 Functions named ``test_*`` that a block defines (a page about testing shows one) are called after
-the block ran.
+the block ran; an ``async def`` one runs with ``asyncio.run``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import re
 import sys
 import textwrap
@@ -211,7 +213,9 @@ def test_block_runs_as_written(block: Block, workdir: Path) -> None:
             exec(compile(b.code, str(b), "exec"), namespace)
         for name, value in list(namespace.items()):
             if name.startswith("test_") and callable(value):
-                value()
+                outcome = value()
+                if inspect.iscoroutine(outcome):  # an async test (docs/testing.md, docs/async.md)
+                    asyncio.run(outcome)
     finally:
         if any(_uses_default_scheduler(b.code) for b in chain):
             tw.default_scheduler().shutdown(wait=False)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from timewheel import testing as testing  # tw.testing.FakeClock without another import
+from timewheel.aio import AsyncJob, AsyncScheduler
 from timewheel.clock import Clock, SystemClock
+from timewheel.context import current_task
 from timewheel.default import chain, cron, default_scheduler, every, schedule
 from timewheel.delayqueue import (
     DelayQueue,
@@ -49,6 +51,8 @@ from timewheel.wheel import TimingWheel
 from timewheel.worker import worker_factory
 
 __all__ = [
+    "AsyncJob",
+    "AsyncScheduler",
     "Clock",
     "CronRule",
     "DelayQueue",
@@ -97,6 +101,7 @@ __all__ = [
     "__version__",
     "chain",
     "cron",
+    "current_task",
     "default_scheduler",
     "every",
     "schedule",

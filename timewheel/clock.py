@@ -16,7 +16,15 @@ import time as _time
 from datetime import datetime, timezone
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Clock", "Driven", "DrivingClock", "SystemClock", "to_datetime", "to_timestamp"]
+__all__ = [
+    "AsyncDriven",
+    "Clock",
+    "Driven",
+    "DrivingClock",
+    "SystemClock",
+    "to_datetime",
+    "to_timestamp",
+]
 
 UTC = timezone.utc
 
@@ -65,6 +73,20 @@ class Driven(Protocol):
 
     def fire(self, now: float) -> list[Any]:
         """Do everything due at *now*; return what ran in the calling thread (may be empty)."""
+        ...
+
+
+@runtime_checkable
+class AsyncDriven(Driven, Protocol):
+    """**Protocol:** a :class:`Driven` whose work runs on an event loop (an ``AsyncScheduler``).
+
+    Its fired work must be let run before time moves on, so it is stepped from a coroutine
+    (``await FakeClock.advance_async(...)``) through :meth:`fire_async`; its plain ``fire`` refuses.
+    """
+
+    async def fire_async(self, now: float) -> list[Any]:
+        """Do everything due at *now* and let the tasks it started run until each has ended or
+        waits on something; return what ran."""
         ...
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from timewheel.clock import Clock
+from timewheel.context import call_as
 from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
 from timewheel.refs import ReferenceNotAllowedError
@@ -292,7 +293,7 @@ def run_claimed(
         engine.started(claimed)
         started = clock.monotonic()
         try:
-            value = func(*claimed.args, **claimed.kwargs)
+            value = call_as(claimed, func, claimed.args, claimed.kwargs)
         except BaseException as e:  # SystemExit too: a task must never end its worker thread
             outcome(exc=e)
             if isinstance(e, KeyboardInterrupt):

@@ -18,7 +18,7 @@ from timewheel.errors import JobCancelledError, TaskFailedError
 from timewheel.stores.base import Store
 from timewheel.task import TERMINAL_STATES, Task, TaskState
 
-__all__ = ["Job", "JobRuntime", "Scheduling", "Step", "TaskFunction", "step"]
+__all__ = ["Job", "JobRuntime", "Scheduling", "Step", "TaskFunction", "step", "task_error"]
 
 R = TypeVar("R")
 
@@ -110,13 +110,7 @@ class Job:
         return self._error(task)
 
     def _error(self, task: Task) -> BaseException:
-        if task.state is TaskState.CANCELLED:
-            return JobCancelledError(
-                f"task {task.id!r} was cancelled ({task.error or 'by request'})"
-            )
-        if isinstance(task.result, BaseException):
-            return task.result
-        return TaskFailedError(f"task {task.id!r} ended {task.state.value}: {task.error}")
+        return task_error(task)
 
     def add_done_callback(self, fn: Callable[[Job], object]) -> None:
         """Call ``fn(job)`` when the task ends (at once if it already has), in the thread that
@@ -133,6 +127,17 @@ class Job:
         t = self._runtime.store.find(self.id)
         state = t.state.value if t is not None else "missing"
         return f"<Job {self.id!r} {state}>"
+
+
+def task_error(task: Task) -> BaseException:
+    """The exception that waiting on a task that ended other than SUCCEEDED raises:
+    ``JobCancelledError`` when cancelled, the task's own exception when it failed in this process,
+    otherwise ``TaskFailedError`` with the stored error summary."""
+    if task.state is TaskState.CANCELLED:
+        return JobCancelledError(f"task {task.id!r} was cancelled ({task.error or 'by request'})")
+    if isinstance(task.result, BaseException):
+        return task.result
+    return TaskFailedError(f"task {task.id!r} ended {task.state.value}: {task.error}")
 
 
 class Scheduling(Protocol):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import difflib
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from timewheel.errors import InvalidScheduleError
 from timewheel.jobs import Job
@@ -22,17 +23,24 @@ from timewheel.stores.base import OnConflict
 from timewheel.task import EMPTY_KWARGS, NO_RETRY, WHEN_VALUES, Retry, Task
 from timewheel.validate import instant, seconds
 
+if TYPE_CHECKING:
+    from timewheel.recurring import Recurring, Schedule
+
 __all__ = [
     "BIG_DELAY",
     "PLAIN_NUMBERS",
     "SCHEDULE_OPTIONS",
+    "OneShot",
     "OneShotOptions",
     "RecurringOptions",
+    "Series",
     "TaskOptions",
     "build_task",
     "conflict_policy",
     "due_time",
     "fast_at",
+    "fast_due",
+    "prepare",
     "unknown_options",
 ]
 
@@ -99,6 +107,24 @@ def fast_at(options: dict[str, Any]) -> float | None:
         return float(at)
     if at.__class__ is datetime and at.tzinfo is not None and at.utcoffset() is not None:
         return at.timestamp()
+    return None
+
+
+def fast_due(
+    delay: object, options: dict[str, Any], time: Callable[[], float]
+) -> tuple[float, float] | None:
+    """``(due, now)`` of a ``schedule(f, *args, delay=d)`` or ``schedule(f, *args, at=t)`` call
+    with no other option and a plain value: the compact fast path. None sends the call down the
+    full path (which also reports every bad value). Reads the clock (*time*) only when plain."""
+    if options:
+        at = fast_at(options) if delay is None else None
+        if at is None:
+            return None
+        return at, time()
+    # a plain number (not bool, not a subclass, not timedelta), finite
+    if delay.__class__ in PLAIN_NUMBERS and -BIG_DELAY < delay < BIG_DELAY:
+        now = time()
+        return now + delay, now
     return None
 
 
@@ -236,3 +262,109 @@ def build_task(
         after=upstream,
         when=when,
     )
+
+
+# -- the full path of schedule(), shared by the facades ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OneShot:
+    """A prepared one-shot task: what ``Runtime.submit`` takes."""
+
+    task: Task
+    on_conflict: OnConflict
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """A prepared recurring schedule: the arguments of ``Recurring.create``."""
+
+    func: Callable[..., Any] | str
+    args: tuple[Any, ...]
+    template: Task
+    now: float
+    cron: str | None
+    every: float | timedelta | None
+    schedule_id: str | None
+    on_conflict: OnConflict
+    options: dict[str, Any]
+
+    def create(self, recurring: Recurring) -> Schedule:
+        """Store the schedule and its first instance (a store step)."""
+        return recurring.create(
+            self.func,
+            self.args,
+            self.template.kwargs,
+            now=self.now,
+            cron=self.cron,
+            every=self.every,
+            schedule_id=self.schedule_id,
+            template=self.template,
+            on_conflict=self.on_conflict,
+            **self.options,
+        )
+
+
+def prepare(
+    func: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    delay: float | timedelta | None,
+    options: dict[str, Any],
+    *,
+    now: float,
+    durable: bool,
+    new_id: Callable[[], str],
+    allowlist: Allowlist | None = None,
+) -> OneShot | Series:
+    """Check the options of ``schedule(func, *args, delay=..., **options)`` and build what the
+    store step takes: a :class:`OneShot` task or a recurring :class:`Series`. No store is touched.
+    *options* is consumed (popped).
+
+    Raises:
+        InvalidScheduleError, TypeError, SerializationError: naming the bad option.
+    """
+    cron, every = options.pop("cron", None), options.pop("every", None)
+    if cron is not None or every is not None:
+        at = options.pop("at", None)
+        given = [
+            name
+            for name, value in (("delay", delay), ("at", at), ("cron", cron), ("every", every))
+            if value is not None
+        ]
+        if len(given) > 1:
+            raise InvalidScheduleError(
+                f"pass exactly one of delay=, at=, cron= and every= (got {' and '.join(given)})"
+            )
+        task_options = {k: options.pop(k) for k in list(options) if k not in RECURRING_ONLY}
+        on_conflict = conflict_policy(task_options.pop("on_conflict", None), "replace")
+        schedule_id = task_options.pop("id", None)
+        template = build_task(
+            func,
+            args,
+            due=now,
+            now=now,
+            durable=durable,
+            new_id=lambda: "template",
+            allowlist=allowlist,
+            **task_options,
+        )
+        return Series(
+            func, args, template, now, cron, every, schedule_id, on_conflict, dict(options)
+        )
+    for name in RECURRING_ONLY & options.keys():
+        if options[name] is not None:
+            raise InvalidScheduleError(f"{name}= applies to cron= and every= schedules only")
+        del options[name]
+    on_conflict = conflict_policy(options.pop("on_conflict", None), "error")
+    due = due_time(now, delay, options.pop("at", None), options.get("after") is not None)
+    task = build_task(
+        func,
+        args,
+        due=due,
+        now=now,
+        durable=durable,
+        new_id=new_id,
+        allowlist=allowlist,
+        **options,
+    )
+    return OneShot(task, on_conflict)

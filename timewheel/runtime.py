@@ -26,7 +26,7 @@ from timewheel.jobs import Job
 from timewheel.ready import ReadyQueue
 from timewheel.recurring import Recurring
 from timewheel.refs import Allowlist, permit_imports
-from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.stores.base import Changed, OnConflict, Store, SupportsCompactInsert
 from timewheel.task import TERMINAL_STATES, Task, TaskState
 from timewheel.trigger import Trigger
 
@@ -218,6 +218,33 @@ class Runtime:
         if stored.state in TERMINAL_STATES:
             self.notify_terminal(stored, None)
         return stored.id
+
+    def submit_compact(
+        self,
+        store: SupportsCompactInsert,
+        task_id: str,
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        due: float,
+        now: float,
+        *,
+        promote_now: bool,
+    ) -> None:
+        """The fast path of ``schedule()``: a one-shot task with default options, kept by *store*
+        (this runtime's store) as a compact record. With *promote_now* (a real-time trigger runs),
+        a task already due goes straight to READY and onto the ready queue in one store step."""
+        events = self.events
+        watched = events.listening("submitted")
+        if due <= now and promote_now and not watched:
+            self.trigger.enqueue((store.add_ready(task_id, func, args, due, now),))
+            events.counts["submitted"] += 1
+            return
+        store.add_pending(task_id, func, args, due, now)
+        if watched:
+            events.emit("submitted", self.store.get(task_id))
+        else:
+            events.counts["submitted"] += 1
+        self.trigger.place(task_id, due, now)
 
     def cancel(self, task_id: str) -> bool:
         """Cancel a PENDING or READY task; True if it is now cancelled (see ``Scheduler.cancel``)."""

@@ -26,16 +26,12 @@ from timewheel.events import EVENTS, Event
 from timewheel.jobs import Job, Step, TaskFunction, step
 from timewheel.loop import TriggerLoop
 from timewheel.options import (
-    BIG_DELAY,
-    PLAIN_NUMBERS,
-    RECURRING_ONLY,
     SCHEDULE_OPTIONS,
     OneShotOptions,
     RecurringOptions,
-    build_task,
-    conflict_policy,
-    due_time,
-    fast_at,
+    Series,
+    fast_due,
+    prepare,
     unknown_options,
 )
 from timewheel.ready import ReadyQueue
@@ -326,32 +322,20 @@ class Scheduler:
             DuplicateKeyError: *id* exists and *on_conflict* is ``"error"``.
         """
         mem = self._compact
-        if mem is not None and self._state != "stopped" and callable(func):
+        if (
+            mem is not None
+            and self._state != "stopped"
+            and callable(func)
+            and not isinstance(func, TaskFunction)
+        ):
             # The fast path: a one-shot task with default options, kept by the store as a
             # compact record. Everything else (and every error) takes the full path.
-            if options:
-                at = fast_at(options) if delay is None else None
-                plain = at is not None
-            else:
-                at = None
-                # a plain number (not bool, not a subclass, not timedelta), finite
-                plain = delay.__class__ in PLAIN_NUMBERS and -BIG_DELAY < delay < BIG_DELAY
-            if plain and not isinstance(func, TaskFunction):
-                now = self._time()
-                due = now + delay if at is None else at  # type: ignore[operator]
+            timing = fast_due(delay, options, self._time)
+            if timing is not None:
                 task_id = self._new_id()
-                watched = self._events.listening("submitted")
-                if due <= now and self._loop is not None and not watched:
-                    # due now: straight to READY and onto the ready queue, in one store step
-                    self._trigger.enqueue((mem.add_ready(task_id, func, args, due, now),))
-                    self._events.counts["submitted"] += 1
-                    return Job(self._runtime, task_id)
-                mem.add_pending(task_id, func, args, due, now)
-                if watched:
-                    self._events.emit("submitted", self._store.get(task_id))
-                else:
-                    self._events.counts["submitted"] += 1
-                self._trigger.place(task_id, due, now)
+                self._runtime.submit_compact(
+                    mem, task_id, func, args, *timing, promote_now=self._loop is not None
+                )
                 return Job(self._runtime, task_id)
         unknown = options.keys() - SCHEDULE_OPTIONS
         if unknown:
@@ -372,66 +356,19 @@ class Scheduler:
             )
         if isinstance(func, TaskFunction):
             func = func.func
-        now = self._clock.time()
-        cron, every = options.pop("cron", None), options.pop("every", None)
-        if cron is not None or every is not None:
-            at = options.pop("at", None)
-            given = [
-                name
-                for name, value in (
-                    ("delay", delay),
-                    ("at", at),
-                    ("cron", cron),
-                    ("every", every),
-                )
-                if value is not None
-            ]
-            if len(given) > 1:
-                raise InvalidScheduleError(
-                    f"pass exactly one of delay=, at=, cron= and every= (got {' and '.join(given)})"
-                )
-            task_options = {k: options.pop(k) for k in list(options) if k not in RECURRING_ONLY}
-            on_conflict = conflict_policy(task_options.pop("on_conflict", None), "replace")
-            schedule_id = task_options.pop("id", None)
-            template = build_task(
-                func,
-                args,
-                due=now,
-                now=now,
-                durable=self._store.durable,
-                new_id=lambda: "template",
-                allowlist=self._runtime.allowlist,
-                **task_options,
-            )
-            return self._runtime.recurring.create(
-                func,
-                args,
-                template.kwargs,
-                now=now,
-                cron=cron,
-                every=every,
-                schedule_id=schedule_id,
-                template=template,
-                on_conflict=on_conflict,
-                **options,
-            )
-        for name in RECURRING_ONLY & options.keys():
-            if options[name] is not None:
-                raise InvalidScheduleError(f"{name}= applies to cron= and every= schedules only")
-            del options[name]
-        on_conflict = conflict_policy(options.pop("on_conflict", None), "error")
-        due = due_time(now, delay, options.pop("at", None), options.get("after") is not None)
-        task = build_task(
+        prepared = prepare(
             func,
             args,
-            due=due,
-            now=now,
+            delay,
+            options,
+            now=self._clock.time(),
             durable=self._store.durable,
             new_id=self._new_id,
             allowlist=self._runtime.allowlist,
-            **options,
         )
-        return Job(self._runtime, self._runtime.submit(task, on_conflict))
+        if isinstance(prepared, Series):
+            return prepared.create(self._runtime.recurring)
+        return Job(self._runtime, self._runtime.submit(prepared.task, prepared.on_conflict))
 
     def chain(self, *steps: Step | Callable[..., Any], when: str = "all_success") -> list[Job]:
         """Schedule a linear pipeline: each step runs after the previous one (per *when*).

@@ -4,6 +4,10 @@
 ``InlineDispatcher`` and ``clock.advance(minutes=10)`` runs, in due order and in the calling thread,
 every task that falls due in those ten minutes, each seeing ``clock.now()`` equal to its own due time.
 Nothing sleeps.
+
+An ``AsyncScheduler`` on a ``FakeClock`` is stepped from a coroutine instead:
+``await clock.advance_async(minutes=10)`` steps the same way and, at each step, lets the coroutine
+tasks that became due run until they end or wait on something, before moving on.
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from timewheel.clock import Driven
+from timewheel.clock import AsyncDriven, Driven
 
-__all__ = ["Driven", "FakeClock", "check_store"]
+__all__ = ["AsyncDriven", "Driven", "FakeClock", "check_store"]
 
 UTC = timezone.utc
 _DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -102,26 +106,43 @@ class FakeClock:
 
         Raises:
             ValueError: the total is negative, NaN or infinite.
+            RuntimeError: an ``AsyncScheduler`` is attached (use :meth:`advance_async`).
         """
-        total = 0.0
-        if isinstance(delta, timedelta):
-            total += delta.total_seconds()
-        elif delta is not None:
-            total += _check_number(delta, "delta")
-        for name, v in (
-            ("seconds", seconds),
-            ("minutes", minutes),
-            ("hours", hours),
-            ("days", days),
-        ):
-            mult = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}[name]
-            total += _check_number(v, name) * mult
-        if total < 0:
-            raise ValueError(f"time can't go backwards (advance by {total!r} s); use a delta >= 0")
-        return self._run_to(self._t + total)
+        return self._run_to(self._t + _total(delta, seconds, minutes, hours, days))
 
     def advance_to(self, instant: datetime | float) -> list[Any]:
         """Move forward to *instant* (aware ``datetime`` or epoch seconds); see :meth:`advance`."""
+        return self._run_to(self._target(instant))
+
+    async def advance_async(
+        self,
+        delta: timedelta | float | None = None,
+        *,
+        seconds: float = 0,
+        minutes: float = 0,
+        hours: float = 0,
+        days: float = 0,
+    ) -> list[Any]:
+        """:meth:`advance` from a coroutine, for an ``AsyncScheduler`` on this clock.
+
+        Steps deadline by deadline like :meth:`advance`; at each step the coroutine tasks that
+        became due start and run until each has ended or waits on something (a future not yet
+        done: another job's result, an event, I/O, a real ``asyncio.sleep``), and plain functions
+        started in threads run to their end, before the clock moves on. So every task sees
+        ``clock.now()`` equal to its own due time, and what it schedules inside the window runs in
+        it too. Schedulers and delay queues that are not async, attached to the same clock, are
+        stepped as :meth:`advance` steps them.
+
+        Returns:
+            What ran during the advance, in the order it started (``AsyncJob`` handles).
+        """
+        return await self._run_to_async(self._t + _total(delta, seconds, minutes, hours, days))
+
+    async def advance_to_async(self, instant: datetime | float) -> list[Any]:
+        """:meth:`advance_to` from a coroutine; see :meth:`advance_async`."""
+        return await self._run_to_async(self._target(instant))
+
+    def _target(self, instant: datetime | float) -> float:
         if isinstance(instant, datetime):
             if instant.tzinfo is None or instant.tzinfo.utcoffset(instant) is None:
                 raise ValueError(
@@ -135,10 +156,9 @@ class FakeClock:
                 f"time can't go backwards: advance_to({_instant_text(target)}) is before the "
                 f"clock's now, {_instant_text(self._t)}; advance to a later instant"
             )
-        return self._run_to(target)
+        return target
 
-    def _run_to(self, target: float) -> list[Any]:
-        ran: list[Any] = []
+    def _begin(self) -> None:
         with self._lock:
             if self._advancing:
                 # A task running inside an advance moved the clock: just move, the outer loop steps.
@@ -147,22 +167,74 @@ class FakeClock:
                     "schedule work instead of advancing the clock from inside it"
                 )
             self._advancing = True
+
+    def _end(self) -> None:
+        with self._lock:
+            self._advancing = False
+
+    def _earliest(self, target: float) -> float | None:
+        earliest: float | None = None
+        for d in list(self._driven):
+            dl = d.next_deadline()
+            if dl is not None and dl <= target and (earliest is None or dl < earliest):
+                earliest = dl
+        return earliest
+
+    def _stuck(self) -> bool:
+        """After a step that ran nothing: is a deadline still at or before now? (It was a lower
+        bound, e.g. work handed to other threads: stop stepping, so it cannot spin forever.)"""
+        nxt: float | None = None
+        for d in list(self._driven):
+            dl = d.next_deadline()
+            if dl is not None and (nxt is None or dl < nxt):
+                nxt = dl
+        return nxt is not None and nxt <= self._t
+
+    def _count_step(self, steps: int) -> int:
+        if steps + 1 > self._max_steps:
+            raise RuntimeError(
+                f"FakeClock.advance made {self._max_steps} steps without reaching the end "
+                "of the window; is a task rescheduling itself with no delay?"
+            )
+        return steps + 1
+
+    async def _run_to_async(self, target: float) -> list[Any]:
+        ran: list[Any] = []
+        self._begin()
         try:
             steps = 0
-            while True:
-                earliest: float | None = None
+            while (earliest := self._earliest(target)) is not None:
+                steps = self._count_step(steps)
+                self._set(max(earliest, self._t))
+                progressed = False
                 for d in list(self._driven):
-                    dl = d.next_deadline()
-                    if dl is not None and dl <= target and (earliest is None or dl < earliest):
-                        earliest = dl
-                if earliest is None:
+                    if isinstance(d, AsyncDriven):
+                        out = await d.fire_async(self._t)
+                    else:
+                        out = d.fire(self._t)
+                    if out:
+                        ran.extend(out)
+                        progressed = True
+                if not progressed and self._stuck():
                     break
-                steps += 1
-                if steps > self._max_steps:
-                    raise RuntimeError(
-                        f"FakeClock.advance made {self._max_steps} steps without reaching the end "
-                        "of the window; is a task rescheduling itself with no delay?"
-                    )
+            self._set(target)
+        finally:
+            self._end()
+        return ran
+
+    def _run_to(self, target: float) -> list[Any]:
+        asynchronous = [d for d in list(self._driven) if isinstance(d, AsyncDriven)]
+        if asynchronous:
+            raise RuntimeError(
+                f"an AsyncScheduler is attached to this clock ({asynchronous[0]!r}); its tasks run "
+                "on the event loop: use 'await clock.advance_async(...)' in an async test"
+            )
+        ran: list[Any] = []
+        self._begin()
+        try:
+            steps = 0
+            while (earliest := self._earliest(target)) is not None:
+                steps = self._count_step(steps)
                 self._set(max(earliest, self._t))
                 progressed = False
                 for d in list(self._driven):
@@ -170,20 +242,11 @@ class FakeClock:
                     if out:
                         ran.extend(out)
                         progressed = True
-                if not progressed:
-                    # The deadline was a lower bound (e.g. work handed to other threads): re-check
-                    # only after moving on, so a stuck deadline cannot spin forever.
-                    nxt: float | None = None
-                    for d in list(self._driven):
-                        dl = d.next_deadline()
-                        if dl is not None and (nxt is None or dl < nxt):
-                            nxt = dl
-                    if nxt is not None and nxt <= self._t:
-                        break
+                if not progressed and self._stuck():
+                    break
             self._set(target)
         finally:
-            with self._lock:
-                self._advancing = False
+            self._end()
         return ran
 
     def _set(self, t: float) -> None:
@@ -224,6 +287,27 @@ def _instant_text(t: float) -> str:
         return f"{datetime.fromtimestamp(t, UTC).isoformat()} ({t!r})"
     except (OverflowError, OSError, ValueError):
         return repr(t)
+
+
+def _total(
+    delta: timedelta | float | None, seconds: float, minutes: float, hours: float, days: float
+) -> float:
+    """The seconds of an ``advance(delta, seconds=, minutes=, hours=, days=)``, checked."""
+    total = 0.0
+    if isinstance(delta, timedelta):
+        total += delta.total_seconds()
+    elif delta is not None:
+        total += _check_number(delta, "delta")
+    for name, v, mult in (
+        ("seconds", seconds, 1),
+        ("minutes", minutes, 60),
+        ("hours", hours, 3600),
+        ("days", days, 86400),
+    ):
+        total += _check_number(v, name) * mult
+    if total < 0:
+        raise ValueError(f"time can't go backwards (advance by {total!r} s); use a delta >= 0")
+    return total
 
 
 def _check_number(v: object, name: str) -> float:
