@@ -9,6 +9,7 @@ or import either; allowed modules and registered names keep running.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -340,8 +341,7 @@ def _assert_refused(store: SQLiteStore, caplog: pytest.LogCaptureFixture, pwned:
             for r in caplog.records
             if r.levelno == logging.ERROR
             and r.name == "timewheel.dispatch"
-            and isinstance(r.args, tuple)
-            and r.args[0] == task_id
+            and getattr(r, "task_id", None) == task_id
         ]
         assert len(lines) == 1, (task_id, [r.getMessage() for r in lines])
         assert ref in lines[0].getMessage()
@@ -516,7 +516,7 @@ def test_worker_allow_adds_modules_and_refuses_the_rest(tmp_path: Path, marker: 
     for task_id in ("shell", "import", "trick", "dunder"):
         assert store.get(task_id).state is S.FAILED
         assert "not allowed to run" in (store.get(task_id).error or "")
-    assert text.count("ends FAILED without running") == 4, text
+    assert text.count("no attempt left: timewheel.refs.ReferenceNotAllowedError") == 4, text
     assert not pwned.exists()
     store.close()
 
@@ -617,3 +617,25 @@ def test_inspect_lists_references_no_worker_runs_apart_from_unimportable_ones(
     )
     assert f"READY {UNTRUSTED}:run, oldest" in text
     assert "no worker runs it" in text
+
+
+def test_an_async_scheduler_fails_refused_rows_without_importing_them(
+    tmp_path: Path, marker: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "t.db"
+    store = SQLiteStore(db)
+    clock = FakeClock(START)
+    pwned = _attack(db, tmp_path, due=clock.time() + 5)
+
+    async def main() -> None:
+        async with tw.AsyncScheduler(store=store, clock=clock, allow=[JOBS]) as sched:
+            allowed = await sched.schedule(add, 2, 3, delay=5)
+            await clock.advance_async(5)
+            assert await allowed.result(timeout=0) == 5
+            with pytest.raises(ReferenceNotAllowedError):
+                await sched.schedule("os:system", "true", delay=1)
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(main())
+    _assert_refused(store, caplog, pwned)
+    store.close()

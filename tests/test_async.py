@@ -406,6 +406,10 @@ async def test_shutdown_waits_then_cancels_and_releases(tmp_path: Path) -> None:
 
 
 # -- SQLite: calls off the loop thread, restart ------------------------------------------------------------
+# what the durable-store tests run from import paths: this module's functions and asyncio.sleep
+SQLITE_ALLOW = ["tests.test_async", "asyncio"]
+
+
 class RecordingSQLiteStore(SQLiteStore):
     """Notes the threads the trigger's and the runs' store steps ran in."""
 
@@ -426,7 +430,7 @@ async def test_sqlite_calls_run_off_the_loop_and_survive_a_restart(tmp_path: Pat
     clock = FakeClock()
     store = RecordingSQLiteStore(path, durability="fast")
     store.threads = set()
-    async with AsyncScheduler(clock=clock, store=store) as sched:
+    async with AsyncScheduler(clock=clock, store=store, allow=SQLITE_ALLOW) as sched:
         assert isinstance(sched.store_runner, ThreadRunner)
         now_job = await sched.schedule(stamp, "now", delay=10)
         later = await sched.schedule(stamp, "later", delay=3600)
@@ -437,7 +441,7 @@ async def test_sqlite_calls_run_off_the_loop_and_survive_a_restart(tmp_path: Pat
     assert threading.get_ident() not in store.threads
 
     store2 = SQLiteStore(path, durability="fast")
-    async with AsyncScheduler(clock=clock, store=store2) as sched2:
+    async with AsyncScheduler(clock=clock, store=store2, allow=SQLITE_ALLOW) as sched2:
         job = await sched2.get(later.id)
         assert job.state is TaskState.PENDING
         await clock.advance_async(hours=1)
@@ -451,7 +455,7 @@ async def test_sqlite_real_clock_shutdown_releases_to_ready_and_a_restart_runs_i
 ) -> None:
     path = tmp_path / "tasks.db"
     store = SQLiteStore(path, durability="fast")
-    async with AsyncScheduler(store=store) as sched:
+    async with AsyncScheduler(store=store, allow=SQLITE_ALLOW) as sched:
         job = await sched.schedule(asyncio.sleep, 3600, delay=0)
         while not job.running():
             await asyncio.sleep(0.005)
@@ -459,7 +463,7 @@ async def test_sqlite_real_clock_shutdown_releases_to_ready_and_a_restart_runs_i
         assert job.state is TaskState.READY
     store.close()
     store2 = SQLiteStore(path, durability="fast")
-    async with AsyncScheduler(store=store2, cancel_grace=0.1) as sched2:
+    async with AsyncScheduler(store=store2, cancel_grace=0.1, allow=SQLITE_ALLOW) as sched2:
         again = await sched2.get(job.id)
         while not again.running():
             await asyncio.sleep(0.005)

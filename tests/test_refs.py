@@ -309,3 +309,11 @@ def test_result_repr_is_a_marked_str() -> None:
     assert r == "<object>"
     assert isinstance(r, str)
     assert isinstance(r, refs.ResultRepr)
+
+
+def test_a_bound_builtin_method_is_named_by_its_owner() -> None:
+    with pytest.raises(SerializationError) as info:
+        func_ref([].append)
+    message = str(info.value)
+    assert "builtins:list.append of a list instance" in message
+    assert "?:" not in message

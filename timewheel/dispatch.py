@@ -44,6 +44,7 @@ __all__ = [
     "ThreadPoolDispatcher",
     "complete",
     "refuse",
+    "report_unresolved",
     "run_claimed",
     "run_task",
 ]
@@ -205,7 +206,12 @@ def complete(
                     task_label(task),
                     what,
                     summary,
-                    exc_info=(type(exc), exc, exc.__traceback__) if exc is not None else None,
+                    # a refusal (final) never ran: its traceback would show only the check
+                    exc_info=(
+                        (type(exc), exc, exc.__traceback__)
+                        if exc is not None and not final
+                        else None
+                    ),
                     extra=task_extra(task),
                 )
     if changed is None:
@@ -235,7 +241,7 @@ def run_task(
             refuse(engine, claimed, owner, e)
         return claimed
     except Exception as e:
-        _report_unresolved(task, e)
+        report_unresolved(task, e)
         return None
     claimed = engine.claim(task, owner)
     if claimed is None:
@@ -247,17 +253,17 @@ def run_task(
 def refuse(engine: Engine, claimed: Task, owner: str, error: ReferenceNotAllowedError) -> None:
     """End a claimed task whose stored function reference the allowlist refuses: FAILED with
     *error* as its error, without a retry (another attempt would meet the same refusal), and one
-    ERROR log line. The function was never imported or called."""
-    log.error("task %r ends FAILED without running: %s", claimed.id, error)
+    ERROR log line (the final failure's, naming the reference). The function was never imported
+    or called."""
     try:
         complete(engine, claimed, owner, exc=error, final=True)
     except Exception:  # the engine's own bookkeeping failed: never kill the worker
         log.exception("task %r: error while failing it", claimed.id)
 
 
-def _report_unresolved(task: Task, error: Exception) -> None:
-    # it stays READY for a worker that can import it; say so once per reference, not once per
-    # task per poll
+def report_unresolved(task: Task, error: Exception) -> None:
+    """Log, once per reference and process, that tasks calling *task*'s function are left READY
+    for a worker that can import it."""
     ref = task.func_name
     if ref not in _UNRESOLVED:
         _UNRESOLVED.add(ref)
@@ -546,7 +552,7 @@ class ThreadPoolDispatcher:
                 self._running.remove(task.id, owner)
                 continue
             except Exception as e:
-                _report_unresolved(task, e)
+                report_unresolved(task, e)
                 self._release(engine, task, owner, "its function does not import here")
                 continue
             run_claimed(engine, task, owner, func, self._running)

@@ -172,9 +172,15 @@ def _bump() -> None:
 
 
 def _qualified(obj: object) -> str:
-    mod = getattr(obj, "__module__", None) or "?"
+    """``module:qualname`` of *obj* for a message; a builtin method (``[].append``) has no module
+    of its own and is named by its owner's (``builtins:list.append``)."""
+    mod = getattr(obj, "__module__", None)
     qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or repr(obj)
-    return f"{mod}:{qual}"
+    if not mod:
+        owner = getattr(obj, "__self__", None)
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            mod = (owner if isinstance(owner, type) else type(owner)).__module__
+    return f"{mod}:{qual}" if mod else str(qual)
 
 
 # -- references -----------------------------------------------------------------------------------

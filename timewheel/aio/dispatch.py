@@ -41,15 +41,15 @@ from typing import Any
 
 from timewheel.aio.runner import StoreRunner
 from timewheel.context import set_current_task
-from timewheel.dispatch import Engine, complete
+from timewheel.dispatch import Engine, complete, refuse, report_unresolved
 from timewheel.errors import JobCancelledError
+from timewheel.refs import ReferenceNotAllowedError
 from timewheel.task import Task, TaskState
 
 __all__ = ["AsyncDispatcher", "is_coroutine_function"]
 
 log = logging.getLogger("timewheel.aio")
 
-_UNRESOLVED: set[str] = set()  # references already reported as unresolvable in this process
 _SETTLE_PASSES = 100_000  # loop passes one FakeClock step may take before it gives up
 
 
@@ -296,8 +296,20 @@ class AsyncDispatcher:
         try:
             try:
                 func = engine.resolve(snapshot)
+            except ReferenceNotAllowedError as e:
+                # never imported: the task ends FAILED rather than waiting for another worker
+                owner = run.owner = self._prefix + str(next(self._seq))
+                if runner.blocking:
+                    refused = await runner.run(engine.claim, snapshot, owner)
+                    if refused is not None:
+                        await runner.run(refuse, engine, refused, owner, e)
+                else:
+                    refused = engine.claim(snapshot, owner)
+                    if refused is not None:
+                        refuse(engine, refused, owner, e)
+                return
             except Exception as e:
-                _report_unresolved(snapshot, e)
+                report_unresolved(snapshot, e)
                 return
             if not is_coroutine_function(func):
                 run.coroutine = False
@@ -681,16 +693,3 @@ def _moving(run: _Run) -> bool:
         parked = run.parked
         return parked is None or parked.done()
     return False
-
-
-def _report_unresolved(task: Task, error: Exception) -> None:
-    # it stays READY for a worker that can import it; say so once per reference
-    ref = task.func_name
-    if ref not in _UNRESOLVED:
-        _UNRESOLVED.add(ref)
-        log.error(
-            "tasks calling %s are not claimed here (they stay READY for a worker that can "
-            "import it): %s",
-            ref,
-            error,
-        )

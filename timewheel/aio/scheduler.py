@@ -42,6 +42,7 @@ from timewheel.options import (
 )
 from timewheel.ready import ReadyQueue
 from timewheel.recurring import Registry, Schedule, interval_of
+from timewheel.refs import Allowlist
 from timewheel.rules import resolve_zone
 from timewheel.runtime import Runtime, SchedulerStatistics
 from timewheel.stores.base import Store, SupportsCompactInsert
@@ -83,8 +84,9 @@ class AsyncScheduler:
             warning naming the coroutine tasks running.
         store_runner: where store calls run (default: on the loop for a store that does no I/O,
             in one thread of its own for a durable store); see :mod:`timewheel.aio.runner`.
-        tick, timezone, lease, ready_capacity, horizon, max_lease_recoveries, batch, poll_interval:
-            as for :class:`~timewheel.scheduler.Scheduler`.
+        tick, timezone, lease, ready_capacity, horizon, max_lease_recoveries, batch, poll_interval,
+        allow: as for :class:`~timewheel.scheduler.Scheduler` (*allow*: the modules whose
+            functions run from import paths read from a durable store; see ``docs/security.md``).
 
     Use it as an async context manager on the running loop (``async with AsyncScheduler() as
     sched:``) or await :meth:`start` and :meth:`shutdown`. Its methods are called from the loop's
@@ -112,6 +114,7 @@ class AsyncScheduler:
         max_lease_recoveries: int = 3,
         batch: int = 1_000,
         poll_interval: float = 1.0,
+        allow: Iterable[str] | Allowlist | None = None,
     ) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._store: Store = store if store is not None else MemoryStore()
@@ -141,6 +144,7 @@ class AsyncScheduler:
             poll_interval=(
                 None if self._driving else seconds(poll_interval, "poll_interval", above=0)
             ),
+            allow=allow if allow is None or isinstance(allow, Allowlist) else Allowlist(allow),
         )
         self._trigger = self._runtime.trigger
         self._events = self._runtime.events
@@ -397,6 +401,7 @@ class AsyncScheduler:
             now=self._clock.time(),
             durable=self._store.durable,
             new_id=self._new_id,
+            allowlist=self._runtime.allowlist,
         )
 
     def _register(self, func: Callable[..., Any], options: dict[str, Any]) -> Schedule:
