@@ -44,6 +44,7 @@ __all__ = [
     "check_json_value",
     "func_ref",
     "generation",
+    "import_path",
     "is_resolvable",
     "register",
     "register_task",
@@ -219,7 +220,7 @@ def _import_ref(obj: Any, kind: str) -> str:
             f"{hint.replace('move it', 'move it out of the script')}"
         )
     try:
-        back = _import(where)
+        back = import_path(where)
     except UnresolvableRefError as e:
         raise SerializationError(f"cannot refer to {where} durably: {e}; {hint}") from None
     if not _same(back, obj):
@@ -238,7 +239,13 @@ def _same(a: object, b: object) -> bool:
     return isinstance(getattr(a, "__self__", None), type) and a == b
 
 
-def _import(ref: str) -> Any:
+def import_path(ref: str) -> Any:
+    """The object a ``"module:qualname"`` import path names (registered names are not consulted).
+
+    Raises:
+        UnresolvableRefError: *ref* is not of that form, its module cannot be imported (or raises
+            while importing), or the module has no such attribute path; the message says which.
+    """
     module, sep, qualname = ref.partition(":")
     if not sep or not module or not qualname:
         raise UnresolvableRefError(
@@ -275,7 +282,7 @@ def resolve_ref(ref: str) -> Callable[..., Any]:
         func = _registry.get(ref)
     if func is not None:
         return func
-    obj = _import(ref)
+    obj = import_path(ref)
     if not callable(obj):
         raise UnresolvableRefError(f"{ref!r} names {obj!r}, which is not callable", ref)
     return obj  # type: ignore[no-any-return]  # callable() narrowed it at run time

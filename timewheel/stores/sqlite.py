@@ -274,35 +274,12 @@ def _enc_retry(r: Retry) -> str | None:
         return None
     if not isinstance(r, Retry):
         raise SerializationError(f"retry must be a timewheel.Retry (got {r!r})")
-    return _dumps(
-        {
-            "max_attempts": r.max_attempts,
-            "backoff": r.backoff,
-            "delay": r.delay,
-            "cap": r.cap,
-            "jitter": r.jitter,
-            "retry_on": [refs.type_ref(t) for t in r.retry_on],
-        }
-    )
+    return _dumps(r.to_spec())
 
 
 @functools.lru_cache(maxsize=256)
 def _dec_retry(s: str) -> Retry:
-    d = json.loads(s)
-    types: list[type[BaseException]] = []
-    for ref in d.pop("retry_on"):
-        try:
-            t = refs._import(ref)
-        except refs.UnresolvableRefError as e:
-            log.warning(
-                "retry_on %s cannot be resolved in this process (%s); using Exception", ref, e
-            )
-            t = Exception
-        if not (isinstance(t, type) and issubclass(t, BaseException)):
-            log.warning("retry_on %s is not an exception type; using Exception", ref)
-            t = Exception
-        types.append(t)
-    return Retry(retry_on=tuple(types), **d)
+    return Retry.from_spec(json.loads(s))
 
 
 def _enc_result(v: Any) -> tuple[str | None, int]:
