@@ -12,13 +12,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from timewheel.stores._url import open_store
-from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.stores.base import (
+    Changed,
+    OnConflict,
+    Store,
+    SupportsCompactInsert,
+    SupportsInspection,
+)
 from timewheel.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     from timewheel.stores.sqlite import SQLiteStore
 
-__all__ = ["Changed", "MemoryStore", "OnConflict", "SQLiteStore", "Store", "open_store"]
+__all__ = [
+    "Changed",
+    "MemoryStore",
+    "OnConflict",
+    "SQLiteStore",
+    "Store",
+    "SupportsCompactInsert",
+    "SupportsInspection",
+    "open_store",
+]
 
 
 def __getattr__(name: str) -> Any:
