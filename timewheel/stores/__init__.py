@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from timewheel.stores._url import open_store
 from timewheel.stores.base import (
     Changed,
     OnConflict,
@@ -20,6 +19,7 @@ from timewheel.stores.base import (
     SupportsInspection,
 )
 from timewheel.stores.memory import MemoryStore
+from timewheel.stores.url import open_store
 
 if TYPE_CHECKING:
     from timewheel.stores.sqlite import SQLiteStore

@@ -499,6 +499,7 @@ class MemoryStore(Store):
         self, record: ScheduleRecord, *, first: Task | None, on_conflict: OnConflict = "replace"
     ) -> ScheduleRecord:
         policy.check_on_conflict(on_conflict)
+        policy.check_schedule(record)
         with self._lock:
             self._writable()
             old = self._schedules.get(record.id)

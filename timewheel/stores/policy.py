@@ -29,7 +29,7 @@ from timewheel.errors import (
     TaskNotFoundError,
     VersionConflictError,
 )
-from timewheel.task import TERMINAL_STATES, Task, TaskState, dependency_effect
+from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, dependency_effect
 
 __all__ = [
     "CANCELLABLE_STATES",
@@ -40,6 +40,7 @@ __all__ = [
     "DependencyCount",
     "as_inserted",
     "check_on_conflict",
+    "check_schedule",
     "check_schedule_changes",
     "check_task",
     "closed",
@@ -259,6 +260,12 @@ def settle(
 
 
 # -- schedules ---------------------------------------------------------------------------------------
+def check_schedule(record: ScheduleRecord) -> None:
+    """Raise ``InvalidScheduleError`` for a schedule no store keeps: an empty id."""
+    if not isinstance(record.id, str) or not record.id:
+        raise InvalidScheduleError(f"a schedule id must be a non-empty str (got {record.id!r})")
+
+
 def check_schedule_changes(changes: Mapping[str, Any]) -> None:
     """Raise ``TypeError`` when ``update_schedule`` is asked to change ``id`` or ``version``."""
     if "id" in changes or "version" in changes:
