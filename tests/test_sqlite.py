@@ -650,3 +650,61 @@ def test_open_store_passes_create_and_read_only(tmp_path: Path) -> None:
     s.close()
     with pytest.raises(StoreConfigError, match="verify"):
         open_store(f"sqlite:///{path}?verify=maybe")
+
+
+# -- connections of ended threads ------------------------------------------------------------------------
+def _open_files(path: Path) -> int:
+    """How many of this process's file descriptors point at the store's files."""
+    fd_dir = Path("/proc/self/fd")
+    n = 0
+    for fd in fd_dir.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile (the listing's own descriptor)
+        n += target.startswith(str(path))
+    return n
+
+
+def test_a_thread_s_connection_is_closed_when_the_thread_ends(db: Path) -> None:
+    s = SQLiteStore(db)
+    s.insert(_task("a"))
+    assert len(s._connections) == 1
+
+    def one_thread() -> None:
+        th = threading.Thread(target=s.get, args=("a",))
+        th.start()
+        th.join()
+
+    one_thread()
+    # SQLite keeps a closed connection's descriptor for reuse while another connection of the
+    # process holds a lock on the file: one more descriptor, reused by every later connection
+    files = _open_files(db) if Path("/proc/self/fd").is_dir() else None
+    for _ in range(100):  # a store shared by many short-lived threads, one after the other
+        one_thread()
+    assert len(s._connections) == 1
+    if files is not None:
+        assert _open_files(db) == files
+
+    release = threading.Event()
+    started = threading.Barrier(6)
+
+    def hold() -> None:
+        s.get("a")
+        started.wait()
+        release.wait()
+
+    threads = [threading.Thread(target=hold) for _ in range(5)]
+    for th in threads:
+        th.start()
+    started.wait()
+    assert len(s._connections) == 6  # live threads keep theirs
+    release.set()
+    for th in threads:
+        th.join()
+    assert len(s._connections) == 1
+    assert s.get("a").id == "a"
+    s.close()
+    assert len(s._connections) == 0
+    if files is not None:
+        assert _open_files(db) == 0

@@ -1,11 +1,14 @@
 """Connections to one SQLite file: one per thread and process, their pragmas, and transactions.
 
 * **One connection per thread** (``threading.local``), each with ``busy_timeout`` and the
-  durability's ``synchronous`` pragma. A connection is **never used across** ``fork()``: a child
-  that inherits the store notices the new pid and opens its own connections. Inherited
-  connections are deliberately leaked, never closed: POSIX locks belong to the process, so
-  closing the child's copy of a descriptor would drop the locks its own new connections hold on
-  the same file.
+  durability's ``synchronous`` pragma, **closed when its thread ends**: the thread's local storage
+  holds the connection through a small holder object whose finalizer closes it, so a store
+  shared by many short-lived threads (successive schedulers, worker pools) keeps one open
+  connection per live thread, not one per thread that ever used it.
+* A connection is **never used across** ``fork()``: a child that inherits the store notices the
+  new pid and opens its own connections. Inherited connections are deliberately leaked, never
+  closed: POSIX locks belong to the process, so closing the child's copy of a descriptor would
+  drop the locks its own new connections hold on the same file.
 * **Every write is one ``BEGIN IMMEDIATE`` transaction** (connections use
   ``isolation_level=None``), so two writers never both read and then fail to upgrade a lock.
   Threads of one process also take a process-local lock around writes, so they queue on a mutex
@@ -22,9 +25,10 @@ import random
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from timewheel.errors import StoreCorruptError, StoreError
 
@@ -41,6 +45,11 @@ Mode = Literal["rwc", "rw", "ro"]
 _ORPHANS: list[sqlite3.Connection] = []
 
 Row = tuple[Any, ...]
+
+if TYPE_CHECKING:
+    _Closer = weakref.finalize[
+        [weakref.ReferenceType["Connections"], sqlite3.Connection, int], "_ThreadConnection"
+    ]
 
 
 def connect(
@@ -109,8 +118,40 @@ def translate(path: str, e: sqlite3.Error, doing: str) -> StoreError:
     return StoreError(f"timewheel store {path!r} failed while {doing}: {msg}")
 
 
+class _ThreadConnection:
+    """One thread's connection, held in that thread's local storage.
+
+    When the thread ends its local storage is freed with it, and so is this holder: its
+    finalizer (:func:`_thread_ended`) then closes the connection.
+    """
+
+    __slots__ = ("__weakref__", "conn", "pid")
+
+    def __init__(self, conn: sqlite3.Connection, pid: int) -> None:
+        self.conn = conn
+        self.pid = pid
+
+
+def _thread_ended(
+    owner: weakref.ReferenceType[Connections], conn: sqlite3.Connection, pid: int
+) -> None:
+    """Close the connection of a thread that ended (or whose store was closed)."""
+    if os.getpid() != pid:
+        # A forked child frees the local storage of the parent's other threads: their
+        # connections are the parent's, never closed here (see the module docstring).
+        _ORPHANS.append(conn)
+        return
+    connections = owner()
+    if connections is not None:
+        connections.forget(conn)
+    try:
+        conn.close()
+    except sqlite3.Error:
+        pass  # closing is best effort
+
+
 class Connections:
-    """The connections of one store to its file: one per thread, opened on first use.
+    """The connections of one store to its file: one per live thread, opened on first use.
 
     Args:
         path: the database file (absolute).
@@ -140,17 +181,30 @@ class Connections:
         self._busy_pragma = f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}"
         self._pid = os.getpid()
         self._local = threading.local()
-        self._conns: list[sqlite3.Connection] = [first]
+        # this process's open connections (their holders' finalizers close them)
+        self._open: dict[int, tuple[sqlite3.Connection, _Closer]] = {}
         self._meta = threading.Lock()
         self._write_lock = threading.Lock()
         self.closed = False
-        self._local.conn = first
-        self._local.pid = self._pid
+        self._hold(first, self._pid)
 
     def __len__(self) -> int:
-        """How many connections this process holds open."""
+        """How many connections this process holds open (one per live thread that used it)."""
         with self._meta:
-            return len(self._conns)
+            return len(self._open)
+
+    def _hold(self, conn: sqlite3.Connection, pid: int) -> None:
+        holder = _ThreadConnection(conn, pid)
+        closer = weakref.finalize(holder, _thread_ended, weakref.ref(self), conn, pid)
+        closer.atexit = False  # at exit, sqlite3 closes what is left itself
+        with self._meta:
+            self._open[id(conn)] = (conn, closer)
+        self._local.holder = holder
+
+    def forget(self, conn: sqlite3.Connection) -> None:
+        """Drop *conn* from the open connections (its thread ended; it is being closed)."""
+        with self._meta:
+            self._open.pop(id(conn), None)
 
     def get(self) -> sqlite3.Connection:
         """The calling thread's connection, opened on first use (and anew after ``fork()``).
@@ -158,11 +212,10 @@ class Connections:
         Raises:
             StoreError: the store is closed, or the connection cannot be opened.
         """
-        local = self._local
         pid = os.getpid()
-        conn: sqlite3.Connection | None = getattr(local, "conn", None)
-        if conn is not None and local.pid == pid:
-            return conn
+        holder: _ThreadConnection | None = getattr(self._local, "holder", None)
+        if holder is not None and holder.pid == pid:
+            return holder.conn
         if self.closed:
             raise StoreError(f"timewheel store {self.path!r} is closed; open a new SQLiteStore")
         if pid != self._pid:
@@ -177,16 +230,15 @@ class Connections:
             configure(conn, self._durability)
         except sqlite3.Error as e:
             raise translate(self.path, e, "opening a connection") from e
-        local.conn = conn
-        local.pid = pid
-        with self._meta:
-            self._conns.append(conn)
+        self._hold(conn, pid)
         return conn
 
     def _after_fork(self, pid: int) -> None:
         # Runs in the child: the parent's connections (and locks) must not be used or closed.
-        _ORPHANS.extend(self._conns)
-        self._conns = []
+        for conn, closer in self._open.values():
+            closer.detach()
+            _ORPHANS.append(conn)
+        self._open = {}
         self._meta = threading.Lock()
         self._write_lock = threading.Lock()
         self._pid = pid
@@ -285,12 +337,9 @@ class Connections:
         if os.getpid() != self._pid:
             self._after_fork(os.getpid())
         with self._meta:
-            conns, self._conns = self._conns, []
-        for c in conns:
-            try:
-                c.close()
-            except sqlite3.Error:
-                pass  # closing is best effort
+            closers = [closer for _, closer in self._open.values()]
+        for closer in closers:
+            closer()  # closes the connection now; a finalizer runs once
         self._local = threading.local()
 
 
