@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import threading
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from timewheel.errors import DuplicateKeyError, TaskNotFoundError, TimewheelError
+from timewheel.stores import memory
 from timewheel.stores.memory import MemoryStore
 from timewheel.task import Task, TaskState
 
@@ -288,4 +290,39 @@ def test_promote_leaves_a_compact_task_alone_when_a_successor_has_its_id() -> No
         id="next", func=work, args=(1,), due=200.0, created=100.0, updated=100.0
     )
     assert len(s) == 1
+    s._lite._check()
+
+
+class _CountingLock:
+    """A re-entrant lock that counts how often it is taken (from outside)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.holds = 0
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.holds += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_prune_releases_the_lock_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "_PRUNE_BATCH", 3)
+    s = MemoryStore()
+    for i in range(10):
+        s.insert(Task(id=f"c{i}", func=work, due=1.0, created=1.0))
+        s.transition(f"c{i}", expected_version=0, state=S.CANCELLED, now=2.0)
+    for i in range(5):
+        s.add_pending(f"p{i}", work, (), 50.0, 1.0)
+    s.add_pending("young", work, (), 50.0, 20.0)
+    s.insert(Task(id="kept", func=work, due=1.0, created=1.0))
+    s.transition("kept", expected_version=0, state=S.CANCELLED, now=30.0)
+    counting = _CountingLock()
+    s._lock = counting  # type: ignore[assignment]  # the point of the test
+    assert s.prune(before=10.0, states=[S.CANCELLED, S.PENDING]) == 15
+    assert counting.holds == 1 + 4 + 2  # the candidates once, then 4 + 2 batches of 3
+    assert sorted(t.id for t in s.tasks()) == ["kept", "young"]
+    assert s.count_by_state() == {S.CANCELLED: 1, S.PENDING: 1}
     s._lite._check()

@@ -32,6 +32,7 @@ from timewheel.errors import (
 from timewheel.stores import open_store
 from timewheel.stores.memory import MemoryStore
 from timewheel.stores.sqlite import APPLICATION_ID, SCHEMA_VERSION, SQLiteStore, connections, schema
+from timewheel.stores.sqlite import store as sqlite_store
 from timewheel.task import Retry, ScheduleRecord, Task, TaskState
 
 S = TaskState
@@ -708,3 +709,57 @@ def test_a_thread_s_connection_is_closed_when_the_thread_ends(db: Path) -> None:
     assert len(s._connections) == 0
     if files is not None:
         assert _open_files(db) == 0
+
+
+# -- pruning -------------------------------------------------------------------------------------------------
+def test_prune_deletes_in_batches_of_its_own_transactions(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "_PRUNE_BATCH", 3)
+    store.insert_many([_task(f"c{i}") for i in range(10)] + [_task("kept"), _task("live")])
+    store.insert(_task("d", after=("c0", "live"), when="all_done"))
+    store.insert(_task("x", after=("live",)))
+    for i in range(10):
+        store.transition(f"c{i}", expected_version=0, state=S.CANCELLED, now=T0 + 1)
+    store.transition("x", expected_version=0, state=S.CANCELLED, now=T0 + 1)
+    store.transition("kept", expected_version=0, state=S.CANCELLED, now=T0 + 100)
+    transactions: list[str] = []
+    real_tx = store._tx
+
+    def counting_tx(doing: str) -> Any:
+        transactions.append(doing)
+        return real_tx(doing)
+
+    monkeypatch.setattr(store, "_tx", counting_tx)
+    assert store.prune(before=T0 + 50) == 11
+    # one transaction per batch, the lock released between: 3 + 3 + 3 + 2 cancelled tasks, and
+    # one finding nothing in each of the other four terminal states
+    assert transactions.count("pruning tasks") == 4 + 4
+    assert sorted(t.id for t in store.tasks()) == ["d", "kept", "live"]
+    raw = _raw(Path(store.path))
+    try:
+        deps = raw.execute("SELECT upstream, downstream FROM deps ORDER BY upstream").fetchall()
+    finally:
+        raw.close()
+    assert deps == [("live", "d")]  # the edge to the pruned "x" is gone with it
+
+
+def test_prune_leaves_the_wal_small(db: Path) -> None:
+    s = SQLiteStore(db, durability="fast")
+    try:
+        for k in range(4):
+            s.insert_many(
+                [_task(f"t{k}-{i}", args=("x" * 400,)) for i in range(1000)]  # ~2 MB of rows
+            )
+        raw = _raw(db)
+        raw.execute("UPDATE tasks SET state = 'succeeded'")
+        raw.close()
+        limit = s._connections.get().execute("PRAGMA journal_size_limit").fetchone()[0]
+        assert limit == connections.JOURNAL_SIZE_LIMIT
+        assert s.prune(before=T0 + 3600) == 4000
+        assert s.count_by_state() == {}
+        wal = Path(f"{db}-wal")
+        assert not wal.exists() or wal.stat().st_size == 0  # checkpointed and truncated
+        assert s.integrity_check() == []
+    finally:
+        s.close()

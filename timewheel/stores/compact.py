@@ -31,7 +31,8 @@ class CompactRecords:
 
     What a record stands for is ``Task(id=task_id, func=func, args=args, due=due, created=created,
     updated=created)``, PENDING at version 0. Runtime complexity: :meth:`add`, :meth:`get`,
-    :meth:`due`, :meth:`pop` and :meth:`discard` are O(1); the queries scan every record.
+    :meth:`due`, :meth:`created`, :meth:`pop` and :meth:`discard` are O(1); the queries scan every
+    record.
 
     Not thread-safe: the owning store's lock guards every call.
     """
@@ -82,6 +83,11 @@ class CompactRecords:
         rec = self._records.get(task_id)
         return None if rec is None else rec[0]
 
+    def created(self, task_id: str) -> float | None:
+        """The creation time of *task_id*'s record, or ``None`` when there is none."""
+        rec = self._records.get(task_id)
+        return None if rec is None else rec[1]
+
     def pop(
         self,
         task_id: str,
@@ -114,10 +120,6 @@ class CompactRecords:
     def dues(self) -> list[float]:
         """Every record's due time, unordered."""
         return [rec[0] for rec in self._records.values()]
-
-    def created_before(self, before: float) -> list[str]:
-        """The ids of records created before *before*."""
-        return [i for i, rec in self._records.items() if rec[1] < before]
 
     def tasks(self) -> list[Task]:
         """Every record's task, built on the fly, unordered."""

@@ -18,6 +18,7 @@ __all__ = ["MemoryStore"]
 _P = TaskState.PENDING
 _R = TaskState.READY
 _RUN = TaskState.RUNNING
+_PRUNE_BATCH = 1000  # deletions per hold of the lock in prune()
 
 
 class MemoryStore(Store):
@@ -445,15 +446,33 @@ class MemoryStore(Store):
         return True
 
     def prune(self, *, before: float, states: Iterable[TaskState] | None = None) -> int:
+        """Delete terminal tasks (or those in *states*) last updated before *before*; the count.
+
+        The lock is held to copy the candidates' ids, then for batches of at most
+        ``_PRUNE_BATCH`` deletions, so other threads keep going while a large store is pruned.
+        """
+        sts = TERMINAL_STATES if states is None else frozenset(states)
         with self._lock:
             self._writable()
-            sts = TERMINAL_STATES if states is None else frozenset(states)
-            victims = [i for s in sts for i in self._by_state[s] if self._tasks[i].updated < before]
-            if _P in sts:
-                victims += self._lite.created_before(before)
-            for i in victims:
-                self._delete(i)
-            return len(victims)
+            candidates = [list(self._by_state[s]) for s in sts]
+            compact = list(self._lite) if _P in sts else []
+        total = 0
+        for ids in candidates:
+            for start in range(0, len(ids), _PRUNE_BATCH):
+                with self._lock:
+                    for i in ids[start : start + _PRUNE_BATCH]:
+                        t = self._tasks.get(i)  # changed meanwhile? then it may be kept
+                        if t is not None and t.state in sts and t.updated < before:
+                            self._delete(i)
+                            total += 1
+        for start in range(0, len(compact), _PRUNE_BATCH):
+            with self._lock:
+                for i in compact[start : start + _PRUNE_BATCH]:
+                    created = self._lite.created(i)
+                    if created is not None and created < before:
+                        self._delete(i)
+                        total += 1
+        return total
 
     # -- inspection -----------------------------------------------------------------------------
     def oldest_ready_age(self, now: float) -> float | None:

@@ -32,13 +32,30 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from timewheel.errors import StoreCorruptError, StoreError
 
-__all__ = ["Connections", "Durability", "Mode", "connect", "is_busy", "is_corrupt", "translate"]
+__all__ = [
+    "JOURNAL_SIZE_LIMIT",
+    "Connections",
+    "Durability",
+    "Mode",
+    "configure",
+    "connect",
+    "is_busy",
+    "is_corrupt",
+    "translate",
+]
 
 log = logging.getLogger("timewheel.stores.sqlite")
 
 Durability = Literal["durable", "fast"]
 Mode = Literal["rwc", "rw", "ro"]
 """How a connection opens the file: create it if missing, read and write, or read only."""
+
+JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
+"""Bytes the ``-wal`` file is cut back to when a checkpoint lets SQLite start it over.
+
+The WAL grows while a reader keeps a checkpoint from completing (or during a large transaction)
+and, without a limit, keeps its largest size for good. Four times the ~4 MB at which SQLite
+checkpoints by itself: ordinary traffic never pays for truncating and growing it again."""
 
 # Inherited connections after fork(): kept referenced forever so they are never closed (closing
 # would release the child's own POSIX locks on the file). One per thread that used the store.
@@ -77,10 +94,12 @@ def connect(
 
 
 def configure(conn: sqlite3.Connection, durability: Durability) -> None:
-    """Set the per-connection pragmas: ``synchronous`` for *durability*, temporary data in memory."""
+    """Set the per-connection pragmas: ``synchronous`` for *durability*, temporary data in memory,
+    and :data:`JOURNAL_SIZE_LIMIT`."""
     sync = "FULL" if durability == "durable" else "NORMAL"
     conn.execute(f"PRAGMA synchronous = {sync}")
     conn.execute("PRAGMA temp_store = MEMORY")
+    conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
 
 
 def is_busy(e: sqlite3.Error) -> bool:

@@ -40,6 +40,7 @@ log = logging.getLogger("timewheel.stores.sqlite")
 _CHUNK = 500  # ids per IN (...) list, well under SQLITE_MAX_VARIABLE_NUMBER
 _IDLE_CHECKPOINT_EVERY = 60.0  # seconds between idle wal_checkpoint(TRUNCATE) attempts
 _IDLE_CHECKPOINT_WAIT = 0.05  # seconds an idle checkpoint waits for busy connections
+_PRUNE_BATCH = 500  # tasks deleted per transaction; other writers get the lock in between
 
 _P, _R, _RUN = TaskState.PENDING, TaskState.READY, TaskState.RUNNING
 _STATES = {s.value: s for s in TaskState}
@@ -69,6 +70,12 @@ _SEL_WITH_DEPS = (
 _INS = TASKS.insert
 _INS_IGNORE = _INS.replace("INSERT", "INSERT OR IGNORE", 1)
 _SSEL = SCHEDULES.select
+# prune: one state's old tasks along its index, after a (due, rowid) cursor
+_PRUNE_SELECT = (
+    "SELECT due, rowid, id FROM tasks INDEXED BY tasks_state WHERE state = ? AND updated < ? "
+    "AND (due, rowid) > (?, ?) ORDER BY due, rowid LIMIT ?"
+)
+_MIN_INT64 = -(2**63)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -560,18 +567,36 @@ class SQLiteStore(Store):
             return True
 
     def prune(self, *, before: float, states: Iterable[TaskState] | None = None) -> int:
-        sts = [s.value for s in (TERMINAL_STATES if states is None else map(TaskState, states))]
-        if not sts:
-            return 0
-        cond = f"state IN ({_sql_in(len(sts))}) AND updated < ?"
-        params = (*sts, to_us(before))
-        with self._tx("pruning tasks") as conn:
-            for col in ("upstream", "downstream"):
-                conn.execute(
-                    f"DELETE FROM deps WHERE {col} IN (SELECT id FROM tasks WHERE {cond})", params
-                )
-            count: int = conn.execute(f"DELETE FROM tasks WHERE {cond}", params).rowcount
-            return count
+        """Delete terminal tasks (or those in *states*) last updated before *before*; the count.
+
+        Deletes in transactions of at most a few hundred tasks, releasing the write lock between
+        them so other writers keep going, then checkpoints the WAL so it shrinks back. Each state
+        is walked once along its index (by due time), so the work is linear in its tasks.
+        """
+        sts = sorted({TaskState(s).value for s in (TERMINAL_STATES if states is None else states)})
+        before_us = to_us(before)
+        total = 0
+        for state in sts:
+            due, rowid = _MIN_INT64, _MIN_INT64  # a cursor past the tasks already looked at
+            while True:
+                with self._tx("pruning tasks") as conn:
+                    rows = conn.execute(
+                        _PRUNE_SELECT, (state, before_us, due, rowid, _PRUNE_BATCH)
+                    ).fetchall()
+                    if rows:
+                        ids = [task_id for _, _, task_id in rows]
+                        marks = _sql_in(len(ids))
+                        conn.execute(f"DELETE FROM deps WHERE upstream IN ({marks})", ids)
+                        conn.execute(f"DELETE FROM deps WHERE downstream IN ({marks})", ids)
+                        conn.execute(f"DELETE FROM tasks WHERE id IN ({marks})", ids)
+                total += len(rows)
+                if len(rows) < _PRUNE_BATCH:
+                    break
+                due, rowid, _ = rows[-1]
+        if total:
+            self._connections.try_checkpoint(_IDLE_CHECKPOINT_WAIT)
+            self._last_checkpoint = time.monotonic()
+        return total
 
     # -- schedules --------------------------------------------------------------------------------
     def put_schedule(
