@@ -29,14 +29,20 @@ from timewheel.errors import (
     TaskNotFoundError,
     VersionConflictError,
 )
-from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, dependency_effect
+from timewheel.task import (
+    TERMINAL_STATES,
+    WHEN_VALUES,
+    ScheduleRecord,
+    Task,
+    TaskState,
+    dependency_effect,
+)
 
 __all__ = [
     "CANCELLABLE_STATES",
     "ON_CONFLICT_VALUES",
     "REPORTED_FAILURES",
     "SCHEDULE_GONE",
-    "WHEN_VALUES",
     "DependencyCount",
     "as_inserted",
     "check_on_conflict",
@@ -66,8 +72,6 @@ _PENDING = TaskState.PENDING
 
 ON_CONFLICT_VALUES = ("error", "keep", "replace")
 """What ``insert(on_conflict=)`` and ``put_schedule(on_conflict=)`` accept."""
-WHEN_VALUES = ("all_success", "all_done", "any_failed")
-"""The dependency conditions a task may have."""
 CANCELLABLE_STATES = frozenset({TaskState.PENDING, TaskState.READY})
 """The states a schedule's instances are cancelled from when it is replaced or deleted."""
 SCHEDULE_GONE = "its schedule was replaced or deleted"
