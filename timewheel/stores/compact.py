@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, KeysView
 from typing import Any
 
+from timewheel.stores.policy import task_exists
 from timewheel.task import Task, TaskState
 
 __all__ = ["CompactRecords"]
@@ -31,8 +32,7 @@ class CompactRecords:
 
     What a record stands for is ``Task(id=task_id, func=func, args=args, due=due, created=created,
     updated=created)``, PENDING at version 0. Runtime complexity: :meth:`add`, :meth:`get`,
-    :meth:`due`, :meth:`created`, :meth:`pop` and :meth:`discard` are O(1); the queries scan every
-    record.
+    :meth:`created`, :meth:`pop` and :meth:`discard` are O(1); the queries scan every record.
 
     Not thread-safe: the owning store's lock guards every call.
     """
@@ -61,7 +61,13 @@ class CompactRecords:
     def add(
         self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float
     ) -> None:
-        """Keep the fresh task *task_id*; the caller has checked that the id is new."""
+        """Keep the fresh task *task_id* (the caller checks that no full task has the id).
+
+        Raises:
+            DuplicateKeyError: a record with this id exists.
+        """
+        if task_id in self._records:
+            raise task_exists(task_id)
         number = id(func)
         use = self._functions.get(number)
         if use is None:
@@ -78,11 +84,6 @@ class CompactRecords:
             return None
         return self._expand(task_id, rec, _PENDING, 0, rec[1])
 
-    def due(self, task_id: str) -> float | None:
-        """The due time of *task_id*'s record, or ``None`` when there is none."""
-        rec = self._records.get(task_id)
-        return None if rec is None else rec[0]
-
     def created(self, task_id: str) -> float | None:
         """The creation time of *task_id*'s record, or ``None`` when there is none."""
         rec = self._records.get(task_id)
@@ -94,12 +95,19 @@ class CompactRecords:
         state: TaskState = _PENDING,
         version: int = 0,
         updated: float | None = None,
+        *,
+        due_by: float | None = None,
     ) -> Task | None:
         """Take the record out and return its task in full, with *state*, *version* and
-        *updated* as given (``updated`` defaults to the creation time); ``None`` if none."""
-        rec = self._records.pop(task_id, None)
-        if rec is None:
+        *updated* as given (``updated`` defaults to the creation time).
+
+        ``None`` when there is no record, or (with *due_by*) when it is due later than *due_by*,
+        in which case the record stays.
+        """
+        rec = self._records.get(task_id)
+        if rec is None or (due_by is not None and rec[0] > due_by):
             return None
+        del self._records[task_id]
         task = self._expand(task_id, rec, state, version, rec[1] if updated is None else updated)
         self._release(rec)
         return task

@@ -184,9 +184,9 @@ class MemoryStore(Store):
         with self._lock:
             if self._closed:
                 raise policy.closed(repr(self))
-            if task_id in self._tasks or task_id in self._lite:
+            if task_id in self._tasks:
                 raise policy.task_exists(task_id)
-            self._lite.add(task_id, func, args, due, now)
+            self._lite.add(task_id, func, args, due, now)  # refuses an id it holds
 
     def add_ready(
         self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float
@@ -257,14 +257,11 @@ class MemoryStore(Store):
             for tid in task_ids:
                 t = tasks.get(tid)
                 if t is None:
-                    due = lite.due(tid)
-                    if due is None or due > now:
-                        continue
-                    # straight from the compact record to READY
-                    t = lite.pop(tid, _R, 1, now)
-                    assert t is not None
-                    self._put(None, t)
-                    moved.append(t)
+                    # straight from the compact record to READY, if it is due
+                    t = lite.pop(tid, _R, 1, now, due_by=now)
+                    if t is not None:
+                        self._put(None, t)
+                        moved.append(t)
                     continue
                 if t.state is not _P or t.due > now or t.unmet > 0:
                     continue
