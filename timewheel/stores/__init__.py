@@ -3,8 +3,13 @@
 * :class:`MemoryStore` (default): in-process, any callable and arguments, gone with the process.
 * :class:`SQLiteStore`: durable, multi-process on one host, standard library only.
 
-``open_store(url)`` builds one from ``memory://`` or ``sqlite:///path/to/file.db?durability=fast``.
-``SQLiteStore`` is imported lazily, so memory-only users never load ``sqlite3``.
+``open_store(url)`` (:mod:`timewheel.stores.url`) builds one from ``memory://`` or
+``sqlite:///path/to/file.db?durability=fast``. ``SQLiteStore`` is imported lazily, so memory-only
+users never load ``sqlite3``.
+
+:class:`Store` is the protocol; :class:`SupportsCompactInsert` and :class:`SupportsInspection`
+are optional abilities a store may add (:mod:`timewheel.stores.base`). What every store decides
+the same way is in :mod:`timewheel.stores.policy`.
 """
 
 from __future__ import annotations
