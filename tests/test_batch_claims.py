@@ -78,7 +78,7 @@ def test_a_task_whose_function_does_not_import_is_reported_not_claimed(tmp_path:
 def test_an_idle_running_scheduler_checkpoints_the_wal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from timewheel.stores import sqlite as sqlite_module
+    from timewheel.stores.sqlite import store as sqlite_module
 
     monkeypatch.setattr(sqlite_module, "_IDLE_CHECKPOINT_EVERY", 0.0)
     store = SQLiteStore(tmp_path / "t.db")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import threading
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from timewheel.errors import DuplicateKeyError, TaskNotFoundError, TimewheelError
+from timewheel.stores import memory
 from timewheel.stores.memory import MemoryStore
 from timewheel.task import Task, TaskState
 
@@ -154,10 +156,13 @@ class CompactVersusFull(RuleBasedStateMachine):
 
     @invariant()
     def function_table_counts_the_records(self) -> None:
-        uses = Counter(rec[2] for rec in self.compact._lite.values())
-        assert {fid: use[1] for fid, use in self.compact._fns.items()} == dict(uses)
-        for fid, (func, _, shared) in self.compact._fns.items():
+        records = self.compact._lite._records
+        functions = self.compact._lite._functions
+        uses = Counter(rec[2] for rec in records.values())
+        assert {fid: use[1] for fid, use in functions.items()} == dict(uses)
+        for fid, (func, _, shared) in functions.items():
             assert id(func) == fid == shared
+        self.compact._lite._check()
 
 
 TestCompactVersusFull = CompactVersusFull.TestCase
@@ -223,9 +228,10 @@ def test_compact_records_are_not_tracked_by_the_cyclic_gc() -> None:
     s.add_pending("a", work, (), 110.0, 100.0)
     s.add_pending("b", work, ([1],), 110.0, 100.0)
     gc.collect()
-    assert not gc.is_tracked(s._lite["a"])
-    assert gc.is_tracked(s._lite["b"])  # its arguments hold a list
-    assert s._lite["a"][2] is s._lite["b"][2]  # one int object per function, not per record
+    records = s._lite._records
+    assert not gc.is_tracked(records["a"])
+    assert gc.is_tracked(records["b"])  # its arguments hold a list
+    assert records["a"][2] is records["b"][2]  # one int object per function, not per record
     assert s.get("a").func is work
 
 
@@ -256,6 +262,67 @@ def test_a_function_is_released_with_its_last_compact_record(end: str) -> None:
         s.insert(Task(id="a", func=other, due=1.0, created=1.0), on_conflict="replace")
     else:
         assert s.prune(before=101.0, states=[S.PENDING]) == 1
-    assert not s._fns
+    assert not s._lite._functions
     gc.collect()
     assert ref() is None
+
+
+def test_a_deleted_compact_upstream_forgets_its_dependents() -> None:
+    s = MemoryStore()
+    s.add_pending("up", work, (), 110.0, 100.0)
+    s.insert(Task(id="d", func=other, due=100.0, after=("up",), created=100.0))
+    assert s._lite.keys() == {"up"}  # counting a dependency leaves the upstream compact
+    assert s.delete("up")
+    s.add_pending("up", work, (), 110.0, 100.0)  # a new task under the same id
+    s.promote(["up"], 120.0)
+    s.claim("up", expected_version=1, owner="w", lease_expires=130.0, now=120.0)
+    ch = s.finish("up", owner="w", state=S.SUCCEEDED, now=121.0)
+    assert ch is not None
+    assert ch.dependents == ()
+    assert s.get("d").unmet == 1  # it waited on the deleted task, not on this one
+
+
+def test_promote_leaves_a_compact_task_alone_when_a_successor_has_its_id() -> None:
+    s = MemoryStore()
+    s.add_pending("next", work, (1,), 200.0, 100.0)
+    s.promote([], 150.0, successors=[Task(id="next", func=other, due=300.0, created=150.0)])
+    assert s.get("next") == Task(
+        id="next", func=work, args=(1,), due=200.0, created=100.0, updated=100.0
+    )
+    assert len(s) == 1
+    s._lite._check()
+
+
+class _CountingLock:
+    """A re-entrant lock that counts how often it is taken (from outside)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.holds = 0
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.holds += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_prune_releases_the_lock_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "_PRUNE_BATCH", 3)
+    s = MemoryStore()
+    for i in range(10):
+        s.insert(Task(id=f"c{i}", func=work, due=1.0, created=1.0))
+        s.transition(f"c{i}", expected_version=0, state=S.CANCELLED, now=2.0)
+    for i in range(5):
+        s.add_pending(f"p{i}", work, (), 50.0, 1.0)
+    s.add_pending("young", work, (), 50.0, 20.0)
+    s.insert(Task(id="kept", func=work, due=1.0, created=1.0))
+    s.transition("kept", expected_version=0, state=S.CANCELLED, now=30.0)
+    counting = _CountingLock()
+    s._lock = counting  # type: ignore[assignment]  # the point of the test
+    assert s.prune(before=10.0, states=[S.CANCELLED, S.PENDING]) == 15
+    assert counting.holds == 1 + 4 + 2  # the candidates once, then 4 + 2 batches of 3
+    assert sorted(t.id for t in s.tasks()) == ["kept", "young"]
+    assert s.count_by_state() == {S.CANCELLED: 1, S.PENDING: 1}
+    s._lite._check()

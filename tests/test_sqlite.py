@@ -8,10 +8,12 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import shutil
 import sqlite3
 import sys
+import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +25,14 @@ from timewheel.errors import (
     InvalidScheduleError,
     SchemaVersionError,
     SerializationError,
+    StoreConfigError,
     StoreCorruptError,
     StoreError,
 )
-from timewheel.stores import sqlite as sqlite_mod
-from timewheel.stores._url import open_store
+from timewheel.stores import open_store
 from timewheel.stores.memory import MemoryStore
-from timewheel.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+from timewheel.stores.sqlite import APPLICATION_ID, SCHEMA_VERSION, SQLiteStore, connections, schema
+from timewheel.stores.sqlite import store as sqlite_store
 from timewheel.task import Retry, ScheduleRecord, Task, TaskState
 
 S = TaskState
@@ -99,7 +102,7 @@ def test_pragmas_on_every_connection(db: Path) -> None:
             seen: list[tuple[object, ...]] = []
 
             def probe(s: SQLiteStore = s, seen: list[tuple[object, ...]] = seen) -> None:
-                c = s._db()
+                c = s._connections.get()
                 seen.append(
                     (
                         c.execute("PRAGMA journal_mode").fetchone()[0],
@@ -114,7 +117,7 @@ def test_pragmas_on_every_connection(db: Path) -> None:
             th.start()
             th.join()
             assert seen == [("wal", sync, 2500, None)] * 2
-            assert s._db() is s._db()  # one connection per thread
+            assert s._connections.get() is s._connections.get()  # one connection per thread
         finally:
             s.close()
 
@@ -122,35 +125,33 @@ def test_pragmas_on_every_connection(db: Path) -> None:
 def test_schema_version_and_application_id(store: SQLiteStore, db: Path) -> None:
     c = _raw(db)
     assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-    assert c.execute("PRAGMA application_id").fetchone()[0] == sqlite_mod.APPLICATION_ID
+    assert c.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     idx = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"tasks_due", "tasks_ready", "tasks_lease", "tasks_state"} <= idx
     c.close()
 
 
-def test_queries_use_the_indexes(store: SQLiteStore) -> None:
+def test_queries_use_the_indexes(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """The hot paths read their partial index in order: no full scan, no sort."""
     store.insert_many([_task(f"t{i}", due=T0 + i, queue=f"q{i % 3}") for i in range(50)])
     store.promote([f"t{i}" for i in range(0, 50, 2)], T0 + 100)
     store.claim_next(owner="w", lease_expires=T0 + 60, now=T0, limit=5)
     plans: list[str] = []
-    real = store._db()
+    real = store._connections.get()
 
     class Spy:
         def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
             if sql.lstrip().startswith("SELECT") and "FROM tasks" in sql:
                 p = real.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
                 plans.append(" | ".join(r[-1] for r in p))
-            return real.execute(sql, params)
+            cursor: sqlite3.Cursor = real.execute(sql, params)
+            return cursor
 
-    conn = Spy()
-    store._local.conn = conn
-    try:
-        store.due_before(T0 + 10, limit=5)
-        store.ready(limit=5, queues=["q1"])
-        store.expired_leases(T0 + 99, limit=5)
-    finally:
-        store._local.conn = real
+    monkeypatch.setattr(store._connections, "get", Spy)
+    store.due_before(T0 + 10, limit=5)
+    store.ready(limit=5, queues=["q1"])
+    store.expired_leases(T0 + 99, limit=5)
+    monkeypatch.undo()
     assert len(plans) == 3, plans
     for name, plan in zip(("tasks_due", "tasks_ready", "tasks_lease"), plans, strict=True):
         assert f"USING INDEX {name}" in plan or f"COVERING INDEX {name}" in plan, plan
@@ -160,8 +161,8 @@ def test_queries_use_the_indexes(store: SQLiteStore) -> None:
 def test_migrations_run_in_order(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     SQLiteStore(db).close()
     extra = ("ALTER TABLE tasks ADD COLUMN note TEXT",)
-    monkeypatch.setattr(sqlite_mod, "_MIGRATIONS", (*sqlite_mod._MIGRATIONS, extra))
-    monkeypatch.setattr(sqlite_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, extra))
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     s = SQLiteStore(db)
     s.close()
     c = _raw(db)
@@ -340,14 +341,19 @@ def test_read_only_directory(tmp_path: Path) -> None:
 
 
 def test_bad_paths_and_options(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="MemoryStore"):
+    with pytest.raises(StoreConfigError, match="MemoryStore"):
         SQLiteStore(":memory:")
     with pytest.raises(StoreError, match="is a directory"):
         SQLiteStore(tmp_path)
-    with pytest.raises(InvalidScheduleError, match="durability"):
+    with pytest.raises(StoreConfigError, match="durability"):
         SQLiteStore(tmp_path / "x.db", durability="sloppy")  # type: ignore[arg-type]
-    with pytest.raises(InvalidScheduleError, match="busy_timeout"):
+    with pytest.raises(StoreConfigError, match="busy_timeout"):
         SQLiteStore(tmp_path / "x.db", busy_timeout=-1)
+    with pytest.raises(StoreConfigError, match="busy_timeout"):
+        SQLiteStore(tmp_path / "x.db", busy_timeout="5")  # type: ignore[arg-type]
+    with pytest.raises(StoreConfigError, match="read_only must be True or False"):
+        SQLiteStore(tmp_path / "x.db", read_only="yes")  # type: ignore[arg-type]
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_closed_store_refuses(db: Path) -> None:
@@ -377,21 +383,21 @@ def test_lock_timeout_is_a_store_error(db: Path) -> None:
 def test_fork_child_opens_its_own_connection(store: SQLiteStore) -> None:
     store.insert_many([_task("a"), _task("b")])
     store.promote(["a", "b"], T0)
-    parent_conn = store._db()
+    parent_conn = store._connections.get()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
         code = 1
         try:
-            c = store._db()
+            c = store._connections.get()
             got = store.claim_next(owner="child", lease_expires=T0 + 9, now=T0, limit=1)
             ok = c is not parent_conn and [t.id for t in got] == ["a"]
-            ok = ok and parent_conn in sqlite_mod._ORPHANS
+            ok = ok and parent_conn in connections._ORPHANS
             code = 0 if ok else 2
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert store._db() is parent_conn  # the parent keeps its connection
+    assert store._connections.get() is parent_conn  # the parent keeps its connection
     assert store.get("a").lease_owner == "child"
     assert [t.id for t in store.claim_next(owner="p", lease_expires=T0 + 9, now=T0, limit=5)] == [
         "b"
@@ -473,9 +479,288 @@ def test_open_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         ("sqlite:///", "names no file"),
         ("memory://x", "takes no path"),
     ]:
-        with pytest.raises(InvalidScheduleError, match=match):
+        with pytest.raises(StoreConfigError, match=match):
             open_store(bad)
 
 
 def test_sqlite_version_is_recent_enough() -> None:
-    assert sqlite3.sqlite_version_info >= sqlite_mod._MIN_SQLITE, sys.version
+    assert sqlite3.sqlite_version_info >= schema.MIN_SQLITE, sys.version
+
+
+# -- damaged files, opening without creating, read-only ---------------------------------------------------
+def _damaged_store(db: Path) -> bytes:
+    """A store of 5,000 tasks whose pages 20-24 (task rows) are overwritten with random bytes."""
+    s = SQLiteStore(db, durability="fast")
+    s.insert_many([_task(f"t{i}", due=T0 + i, args=(i,)) for i in range(5000)])
+    s.close()
+    data = bytearray(_bytes(db))
+    data[4096 * 20 : 4096 * 25] = os.urandom(4096 * 5)
+    db.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def test_damaged_pages_are_refused_at_open(db: Path) -> None:
+    data = _damaged_store(db)
+    with pytest.raises(StoreCorruptError, match=r"is damaged: PRAGMA quick_check reports") as info:
+        SQLiteStore(db)
+    assert "integrity_check()" not in str(info.value)  # it does not advise a call that fails too
+    assert "backup" in str(info.value)
+    assert _bytes(db) == data
+    with pytest.raises(StoreCorruptError):
+        SQLiteStore(db, read_only=True)
+    assert _bytes(db) == data
+
+
+def test_integrity_check_lists_damage_instead_of_raising(db: Path) -> None:
+    data = _damaged_store(db)
+    s = SQLiteStore(db, verify=False)  # opening without the check reaches the damage later
+    try:
+        problems = s.integrity_check()
+        assert problems
+        assert all(isinstance(p, str) for p in problems)
+        with pytest.raises(StoreCorruptError, match="is damaged") as info:
+            s.tasks()
+        assert "integrity_check()" not in str(info.value)
+    finally:
+        s.close()
+    assert _bytes(db)[4096 * 20 : 4096 * 25] == data[4096 * 20 : 4096 * 25]
+
+
+def test_create_false_needs_an_existing_store(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.db"
+    with pytest.raises(StoreError, match=r"missing\.db' does not exist \(create=False") as info:
+        SQLiteStore(missing, create=False)
+    assert not isinstance(info.value, StoreCorruptError)
+    assert not missing.exists()
+    with pytest.raises(StoreError, match=r"does not exist \(read_only=True"):
+        SQLiteStore(missing, read_only=True)
+    with pytest.raises(StoreError, match="does not exist"):
+        open_store(f"sqlite:///{missing}", create=False)
+    assert not missing.exists()
+    SQLiteStore(missing).close()
+    s = SQLiteStore(missing, create=False)
+    s.close()
+
+
+def test_read_only_refuses_changes_and_leaves_the_file_alone(db: Path) -> None:
+    s = SQLiteStore(db)
+    s.insert_many([_task("a"), _task("b", due=T0 + 5)])
+    s.promote(["a"], T0)
+    s.close()
+    before = _bytes(db)
+    ro = open_store(f"sqlite:///{db}", create=False, read_only=True)
+    assert isinstance(ro, SQLiteStore)
+    try:
+        assert ro.read_only
+        assert "read_only=True" in repr(ro)
+        assert ro.count_by_state() == {S.PENDING: 1, S.READY: 1}
+        assert ro.get("a").state is S.READY
+        assert ro.integrity_check() == []
+        assert ro.statistics(T0).counts == ro.count_by_state()
+        changes: list[Callable[[], object]] = [
+            lambda: ro.insert(_task("c")),
+            lambda: ro.insert_many([_task("c")]),
+            lambda: ro.promote(["b"], T0 + 9),
+            lambda: ro.transition("b", expected_version=0, state=S.CANCELLED, now=T0),
+            lambda: ro.claim_next(owner="w", lease_expires=T0 + 9, now=T0, limit=1),
+            lambda: ro.delete("a"),
+            lambda: ro.prune(before=T0 + 99),
+            lambda: ro.put_schedule(ScheduleRecord(id="s", func=FUNC), first=None),
+            lambda: ro.checkpoint(),
+        ]
+        for change in changes:
+            with pytest.raises(StoreError, match="opened read-only and refuses"):
+                change()
+
+        def in_a_thread() -> None:
+            with pytest.raises(StoreError, match="read-only"):
+                ro.delete("a")
+            assert ro.find("a") is not None
+
+        th = threading.Thread(target=in_a_thread)
+        th.start()
+        th.join()
+    finally:
+        ro.close()
+    assert _bytes(db) == before
+
+
+def _read_only_checks(path: Path) -> None:
+    s = SQLiteStore(path, read_only=True)
+    try:
+        assert [t.id for t in s.tasks()] == ["a"]
+        with pytest.raises(StoreError, match="read-only"):
+            s.insert(_task("b"))
+    finally:
+        s.close()
+    with pytest.raises(StoreError, match=r"read_only=True to look inside"):
+        SQLiteStore(path)
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory any user can reach (pytest's own temporary directories are private)."""
+    base = Path(tempfile.mkdtemp(prefix="timewheel-ro-"))
+    base.chmod(0o755)
+    try:
+        yield base
+    finally:
+        for p in (base, *base.rglob("*")):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        shutil.rmtree(base)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork() and POSIX users")
+def test_read_only_works_on_a_file_the_user_can_only_read(shared_dir: Path) -> None:
+    d = shared_dir / "ro"
+    d.mkdir()
+    s = SQLiteStore(d / "tw.db")
+    s.insert(_task("a"))
+    s.close()
+    before = _bytes(d / "tw.db")
+    (d / "tw.db").chmod(0o444)
+    d.chmod(0o555)
+    if os.geteuid() != 0:
+        _read_only_checks(d / "tw.db")
+    else:  # root ignores file modes: check as an unprivileged user, in a child process
+        if not all(os.stat(p).st_mode & 0o001 for p in shared_dir.parents):
+            pytest.skip("an unprivileged user cannot reach the temporary directory")
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            code = 1
+            try:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                _read_only_checks(d / "tw.db")
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    assert _bytes(d / "tw.db") == before
+    assert sorted(p.name for p in d.iterdir()) == ["tw.db"]
+
+
+def test_open_store_passes_create_and_read_only(tmp_path: Path) -> None:
+    for kwargs in ({"create": False}, {"read_only": True}):
+        with pytest.raises(StoreConfigError, match="memory:// always starts a new, empty store"):
+            open_store("memory://", **kwargs)
+    path = tmp_path / "new.db"
+    s = open_store(f"sqlite:///{path}?verify=0")
+    assert isinstance(s, SQLiteStore)
+    s.close()
+    with pytest.raises(StoreConfigError, match="verify"):
+        open_store(f"sqlite:///{path}?verify=maybe")
+
+
+# -- connections of ended threads ------------------------------------------------------------------------
+def _open_files(path: Path) -> int:
+    """How many of this process's file descriptors point at the store's files."""
+    fd_dir = Path("/proc/self/fd")
+    n = 0
+    for fd in fd_dir.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile (the listing's own descriptor)
+        n += target.startswith(str(path))
+    return n
+
+
+def test_a_thread_s_connection_is_closed_when_the_thread_ends(db: Path) -> None:
+    s = SQLiteStore(db)
+    s.insert(_task("a"))
+    assert len(s._connections) == 1
+
+    def one_thread() -> None:
+        th = threading.Thread(target=s.get, args=("a",))
+        th.start()
+        th.join()
+
+    one_thread()
+    # SQLite keeps a closed connection's descriptor for reuse while another connection of the
+    # process holds a lock on the file: one more descriptor, reused by every later connection
+    files = _open_files(db) if Path("/proc/self/fd").is_dir() else None
+    for _ in range(100):  # a store shared by many short-lived threads, one after the other
+        one_thread()
+    assert len(s._connections) == 1
+    if files is not None:
+        assert _open_files(db) == files
+
+    release = threading.Event()
+    started = threading.Barrier(6)
+
+    def hold() -> None:
+        s.get("a")
+        started.wait()
+        release.wait()
+
+    threads = [threading.Thread(target=hold) for _ in range(5)]
+    for th in threads:
+        th.start()
+    started.wait()
+    assert len(s._connections) == 6  # live threads keep theirs
+    release.set()
+    for th in threads:
+        th.join()
+    assert len(s._connections) == 1
+    assert s.get("a").id == "a"
+    s.close()
+    assert len(s._connections) == 0
+    if files is not None:
+        assert _open_files(db) == 0
+
+
+# -- pruning -------------------------------------------------------------------------------------------------
+def test_prune_deletes_in_batches_of_its_own_transactions(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "_PRUNE_BATCH", 3)
+    store.insert_many([_task(f"c{i}") for i in range(10)] + [_task("kept"), _task("live")])
+    store.insert(_task("d", after=("c0", "live"), when="all_done"))
+    store.insert(_task("x", after=("live",)))
+    for i in range(10):
+        store.transition(f"c{i}", expected_version=0, state=S.CANCELLED, now=T0 + 1)
+    store.transition("x", expected_version=0, state=S.CANCELLED, now=T0 + 1)
+    store.transition("kept", expected_version=0, state=S.CANCELLED, now=T0 + 100)
+    transactions: list[str] = []
+    real_tx = store._tx
+
+    def counting_tx(doing: str) -> Any:
+        transactions.append(doing)
+        return real_tx(doing)
+
+    monkeypatch.setattr(store, "_tx", counting_tx)
+    assert store.prune(before=T0 + 50) == 11
+    # one transaction per batch, the lock released between: 3 + 3 + 3 + 2 cancelled tasks, and
+    # one finding nothing in each of the other four terminal states
+    assert transactions.count("pruning tasks") == 4 + 4
+    assert sorted(t.id for t in store.tasks()) == ["d", "kept", "live"]
+    raw = _raw(Path(store.path))
+    try:
+        deps = raw.execute("SELECT upstream, downstream FROM deps ORDER BY upstream").fetchall()
+    finally:
+        raw.close()
+    assert deps == [("live", "d")]  # the edge to the pruned "x" is gone with it
+
+
+def test_prune_leaves_the_wal_small(db: Path) -> None:
+    s = SQLiteStore(db, durability="fast")
+    try:
+        for k in range(4):
+            s.insert_many(
+                [_task(f"t{k}-{i}", args=("x" * 400,)) for i in range(1000)]  # ~2 MB of rows
+            )
+        raw = _raw(db)
+        raw.execute("UPDATE tasks SET state = 'succeeded'")
+        raw.close()
+        limit = s._connections.get().execute("PRAGMA journal_size_limit").fetchone()[0]
+        assert limit == connections.JOURNAL_SIZE_LIMIT
+        assert s.prune(before=T0 + 3600) == 4000
+        assert s.count_by_state() == {}
+        wal = Path(f"{db}-wal")
+        assert not wal.exists() or wal.stat().st_size == 0  # checkpointed and truncated
+        assert s.integrity_check() == []
+    finally:
+        s.close()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import pytest
 
 from timewheel._contract import CHECKS
-from timewheel.stores.base import Store
+from timewheel.stores.base import Store, SupportsCompactInsert, SupportsInspection
 from timewheel.testing import check_store
 
 
@@ -29,3 +30,17 @@ def test_check_store_names_the_failing_check() -> None:
 
     with pytest.raises(AssertionError, match=r"store contract check check_\w+ failed"):
         check_store(Broken)
+
+
+def test_bundled_stores_declare_the_protocols(make_store: Callable[[], Store]) -> None:
+    store = make_store()
+    try:
+        assert isinstance(store, Store)
+        assert isinstance(store, SupportsInspection)
+        assert isinstance(store, SupportsCompactInsert) is (not store.durable)
+        for name in ("insert", "claim_next", "prune", "close"):
+            doc = inspect.getdoc(getattr(type(store), name))
+            assert doc, f"{type(store).__name__}.{name} has no documentation for help()"
+        assert type(store).__doc__
+    finally:
+        store.close()

@@ -17,13 +17,13 @@ Terminal states (SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, UPSTREAM_FAILED) are a
 from __future__ import annotations
 
 import enum
-import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
+from timewheel import refs, validate
 from timewheel.errors import InvalidScheduleError, InvalidTransitionError
 
 __all__ = [
@@ -110,8 +110,17 @@ class Retry:
         cap: the longest wait in seconds (exponential backoff).
         jitter: a fraction in [0, 1]: each wait is multiplied by ``uniform(1 - jitter, 1)``, so
             retries of many tasks that failed together spread out.
-        retry_on: exception types that are retried; others fail at once. A handler timeout counts
-            as :class:`TimeoutError`.
+        retry_on: the exceptions that are retried; others fail at once. Each entry is an
+            exception type, or the ``"module:qualname"`` name of one: a name matches an
+            exception whose class, or one of its bases, has that name, so a policy can name an
+            exception of a module this process does not import. A handler timeout counts as
+            :class:`TimeoutError`.
+
+    Durable stores keep the policy as :meth:`to_spec` gives it (``retry_on`` as names) and read it
+    back with :meth:`from_spec`. Reading never fails on a name: an entry that names an importable
+    exception type comes back as the type; one that cannot be resolved in the reading process
+    (its module is missing there, or the name no longer leads to an exception type) comes back
+    as the name, and still matches exceptions by their class names as written.
     """
 
     max_attempts: int = 1
@@ -119,33 +128,38 @@ class Retry:
     delay: float = 1.0
     cap: float = 300.0
     jitter: float = 0.0
-    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    retry_on: tuple[type[BaseException] | str, ...] = (Exception,)
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
-            raise InvalidScheduleError(
-                f"Retry.max_attempts must be an int (got {self.max_attempts!r})"
-            )
-        if self.max_attempts < 1:
-            raise InvalidScheduleError(
-                f"Retry.max_attempts must be >= 1 (got {self.max_attempts}); 1 means no retries"
-            )
+        validate.count(self.max_attempts, "Retry.max_attempts", minimum=1)
         if self.backoff not in ("fixed", "exponential"):
             raise InvalidScheduleError(
                 f"Retry.backoff must be 'fixed' or 'exponential' (got {self.backoff!r})"
             )
-        for name in ("delay", "cap"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise InvalidScheduleError(f"Retry.{name} must be a finite number >= 0 (got {v!r})")
-        if not isinstance(self.jitter, (int, float)) or not 0 <= self.jitter <= 1:
+        validate.seconds(self.delay, "Retry.delay", minimum=0, timedelta_ok=False)
+        validate.seconds(self.cap, "Retry.cap", minimum=0, timedelta_ok=False)
+        if (
+            isinstance(self.jitter, bool)
+            or not isinstance(self.jitter, (int, float))
+            or not 0 <= self.jitter <= 1
+        ):
             raise InvalidScheduleError(f"Retry.jitter must be in [0, 1] (got {self.jitter!r})")
-        given: object = self.retry_on  # a single type is accepted for convenience
-        if isinstance(given, type):
+        given: object = self.retry_on  # a single type or name is accepted for convenience
+        if isinstance(given, (type, str)):
             object.__setattr__(self, "retry_on", (given,))
-        for t in self.retry_on:
-            if not (isinstance(t, type) and issubclass(t, BaseException)):
-                raise InvalidScheduleError(f"Retry.retry_on must hold exception types (got {t!r})")
+        for entry in self.retry_on:
+            if isinstance(entry, str):
+                module, sep, qualname = entry.partition(":")
+                if not (sep and module and qualname):
+                    raise InvalidScheduleError(
+                        f"Retry.retry_on names an exception as 'module:qualname' "
+                        f"(got {entry!r}), e.g. 'builtins:ConnectionError'"
+                    )
+            elif not (isinstance(entry, type) and issubclass(entry, BaseException)):
+                raise InvalidScheduleError(
+                    f"Retry.retry_on must hold exception types or 'module:qualname' names "
+                    f"(got {entry!r})"
+                )
 
     def should_retry(self, attempts: int, exc: BaseException | None) -> bool:
         """True when a run that ended with *exc* after *attempts* runs should run again.
@@ -154,7 +168,20 @@ class Retry:
         """
         if attempts >= self.max_attempts:
             return False
-        return exc is None or isinstance(exc, self.retry_on)
+        return exc is None or self.matches(exc)
+
+    def matches(self, exc: BaseException) -> bool:
+        """True when *exc* is one of the exceptions ``retry_on`` lists (by type or by name)."""
+        names: set[str] | None = None
+        for entry in self.retry_on:
+            if isinstance(entry, str):
+                if names is None:
+                    names = {f"{c.__module__}:{c.__qualname__}" for c in type(exc).__mro__}
+                if entry in names:
+                    return True
+            elif isinstance(exc, entry):
+                return True
+        return False
 
     def delay_for(self, attempts: int, rng: random.Random | None = None) -> float:
         """Seconds to wait before run number ``attempts + 1``."""
@@ -166,11 +193,64 @@ class Retry:
             d *= (rng or random).uniform(1.0 - self.jitter, 1.0)
         return d
 
+    def to_spec(self) -> dict[str, Any]:
+        """The policy as JSON-friendly data, ``retry_on`` as ``"module:qualname"`` names.
+
+        :meth:`from_spec` reads it back. Every store that keeps policies as data uses this form.
+
+        Raises:
+            SerializationError: an exception type in ``retry_on`` cannot be named from another
+                process (it is defined inside a function, in ``__main__``, ...); the message
+                says why.
+        """
+        return {
+            "max_attempts": self.max_attempts,
+            "backoff": self.backoff,
+            "delay": self.delay,
+            "cap": self.cap,
+            "jitter": self.jitter,
+            "retry_on": [e if isinstance(e, str) else refs.type_ref(e) for e in self.retry_on],
+        }
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> Retry:
+        """The policy a :meth:`to_spec` mapping describes (missing keys take their defaults).
+
+        Each ``retry_on`` name that imports to an exception type becomes that type; a name that
+        cannot be resolved in this process is kept as the name (see the class docstring), so
+        reading a stored policy never fails on it.
+
+        Raises:
+            InvalidScheduleError: *spec* has keys a ``Retry`` does not know, or values it refuses.
+        """
+        known = ("max_attempts", "backoff", "delay", "cap", "jitter", "retry_on")
+        unknown = sorted(set(spec) - set(known))
+        if unknown:
+            raise InvalidScheduleError(
+                f"a retry spec has unknown keys {unknown}; known: {', '.join(known)}"
+            )
+        options = dict(spec)
+        names = options.pop("retry_on", None)
+        if names is None:
+            return cls(**options)
+        return cls(retry_on=tuple(_exception_type(n) for n in names), **options)
+
+
+def _exception_type(name: str) -> type[BaseException] | str:
+    """The exception type *name* imports to, or *name* itself when it does not resolve to one."""
+    try:
+        found = refs.import_path(name)
+    except refs.UnresolvableRefError:
+        return name
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return found
+    return name
+
 
 NO_RETRY = Retry()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class Task:
     """One scheduled run of a function: an immutable snapshot of a stored task.
 
@@ -194,6 +274,12 @@ class Task:
         schedule_id: the recurring schedule this run belongs to, if any.
         after: ids of upstream tasks; ``unmet`` counts those not yet satisfied.
         when: the dependency condition (``"all_success"``, ``"all_done"``, ``"any_failed"``).
+        extra: free-form data kept with the task (JSON values for durable stores).
+
+    A snapshot is built on every state change, so ``__init__`` and :meth:`evolve` are written
+    out field by field and store through the slot descriptors (about twice as fast as the
+    ``object.__setattr__`` a generated frozen ``__init__`` uses). They check nothing: stores and
+    the scheduler validate what they accept. A field added to the class must be added to both.
     """
 
     id: str
@@ -220,6 +306,57 @@ class Task:
     when: str = "all_success"
     extra: Mapping[str, Any] = field(default_factory=_empty_kwargs, compare=False)
 
+    def __init__(
+        self,
+        *,
+        id: str,
+        func: Callable[..., Any] | str,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] = EMPTY_KWARGS,
+        due: float,
+        state: TaskState = TaskState.PENDING,
+        version: int = 0,
+        attempts: int = 0,
+        retry: Retry = NO_RETRY,
+        priority: int = 0,
+        queue: str = "default",
+        timeout: float | None = None,
+        lease_owner: str | None = None,
+        lease_expires: float | None = None,
+        created: float = 0.0,
+        updated: float = 0.0,
+        result: Any = None,
+        error: str | None = None,
+        schedule_id: str | None = None,
+        after: tuple[str, ...] = (),
+        unmet: int = 0,
+        when: str = "all_success",
+        extra: Mapping[str, Any] = EMPTY_KWARGS,
+    ) -> None:
+        _set_id(self, id)
+        _set_func(self, func)
+        _set_args(self, args)
+        _set_kwargs(self, kwargs)
+        _set_due(self, due)
+        _set_state(self, state)
+        _set_version(self, version)
+        _set_attempts(self, attempts)
+        _set_retry(self, retry)
+        _set_priority(self, priority)
+        _set_queue(self, queue)
+        _set_timeout(self, timeout)
+        _set_lease_owner(self, lease_owner)
+        _set_lease_expires(self, lease_expires)
+        _set_created(self, created)
+        _set_updated(self, updated)
+        _set_result(self, result)
+        _set_error(self, error)
+        _set_schedule_id(self, schedule_id)
+        _set_after(self, after)
+        _set_unmet(self, unmet)
+        _set_when(self, when)
+        _set_extra(self, extra)
+
     @property
     def func_name(self) -> str:
         """A readable name for the function (its reference for durable stores)."""
@@ -236,49 +373,68 @@ class Task:
         About twice as fast as ``dataclasses.replace`` (a copy per state change is on the hot
         path); unknown field names raise ``TypeError`` like ``replace`` does.
         """
-        return _copy_task(self, changes)
+        c = changes
+        new: Task = _new(Task)
+        _set_id(new, c.pop("id") if "id" in c else self.id)
+        _set_func(new, c.pop("func") if "func" in c else self.func)
+        _set_args(new, c.pop("args") if "args" in c else self.args)
+        _set_kwargs(new, c.pop("kwargs") if "kwargs" in c else self.kwargs)
+        _set_due(new, c.pop("due") if "due" in c else self.due)
+        _set_state(new, c.pop("state") if "state" in c else self.state)
+        _set_version(new, c.pop("version") if "version" in c else self.version)
+        _set_attempts(new, c.pop("attempts") if "attempts" in c else self.attempts)
+        _set_retry(new, c.pop("retry") if "retry" in c else self.retry)
+        _set_priority(new, c.pop("priority") if "priority" in c else self.priority)
+        _set_queue(new, c.pop("queue") if "queue" in c else self.queue)
+        _set_timeout(new, c.pop("timeout") if "timeout" in c else self.timeout)
+        _set_lease_owner(new, c.pop("lease_owner") if "lease_owner" in c else self.lease_owner)
+        _set_lease_expires(
+            new, c.pop("lease_expires") if "lease_expires" in c else self.lease_expires
+        )
+        _set_created(new, c.pop("created") if "created" in c else self.created)
+        _set_updated(new, c.pop("updated") if "updated" in c else self.updated)
+        _set_result(new, c.pop("result") if "result" in c else self.result)
+        _set_error(new, c.pop("error") if "error" in c else self.error)
+        _set_schedule_id(new, c.pop("schedule_id") if "schedule_id" in c else self.schedule_id)
+        _set_after(new, c.pop("after") if "after" in c else self.after)
+        _set_unmet(new, c.pop("unmet") if "unmet" in c else self.unmet)
+        _set_when(new, c.pop("when") if "when" in c else self.when)
+        _set_extra(new, c.pop("extra") if "extra" in c else self.extra)
+        if c:
+            raise TypeError(f"Task has no field(s) {sorted(c)}")
+        return new
 
 
-def _make_fast_paths() -> tuple[Callable[[Task, dict[str, Any]], Task], Callable[..., None]]:
-    """Build ``copy(task, changes)`` and a replacement ``Task.__init__``, generated once at import.
-
-    Both are straight-line code over Task's fields that store through the slot descriptors
-    (about twice as fast as ``object.__setattr__``, which the dataclass's frozen ``__init__``
-    uses): a task is built on every state change, so this is on the hot path. The ``__init__``
-    has the dataclass's signature and defaults (keyword-only, ``id``/``func``/``due`` required).
-    """
-    fs = fields(Task)
-    names = [f.name for f in fs]
-    ns: dict[str, Any] = {"new": object.__new__, "Task": Task}
-    for n in names:
-        ns[f"set_{n}"] = Task.__dict__[n].__set__
-    params = []
-    for f in fs:
-        if f.default is not MISSING:
-            ns[f"d_{f.name}"] = f.default
-            params.append(f"{f.name}=d_{f.name}")
-        elif f.default_factory is not MISSING:
-            ns[f"d_{f.name}"] = f.default_factory()  # shared immutable defaults (EMPTY_KWARGS)
-            params.append(f"{f.name}=d_{f.name}")
-        else:
-            params.append(f.name)
-    lines = ["def copy(t, ch):", "    n = new(Task)"]
-    lines += [f"    set_{n}(n, ch.pop({n!r}) if {n!r} in ch else t.{n})" for n in names]
-    lines += [
-        "    if ch:",
-        "        raise TypeError(f'Task has no field(s) {sorted(ch)}')",
-        "    return n",
-        "def __init__(self, *, " + ", ".join(params) + "):",
-    ]
-    lines += [f"    set_{n}(self, {n})" for n in names]
-    exec("\n".join(lines), ns)  # no per-call reflection
-    return ns["copy"], ns["__init__"]
+def _slot_setter(name: str) -> Callable[[Task, Any], None]:
+    """The slot descriptor's ``__set__`` for Task field *name* (bypasses the frozen check)."""
+    setter: Callable[[Task, Any], None] = Task.__dict__[name].__set__
+    return setter
 
 
-_copy_task, _fast_init = _make_fast_paths()
-_fast_init.__qualname__ = "Task.__init__"
-_fast_init.__doc__ = Task.__init__.__doc__
-Task.__init__ = _fast_init  # type: ignore[method-assign]  # same signature, stores via slots
+_new = object.__new__
+_set_id = _slot_setter("id")
+_set_func = _slot_setter("func")
+_set_args = _slot_setter("args")
+_set_kwargs = _slot_setter("kwargs")
+_set_due = _slot_setter("due")
+_set_state = _slot_setter("state")
+_set_version = _slot_setter("version")
+_set_attempts = _slot_setter("attempts")
+_set_retry = _slot_setter("retry")
+_set_priority = _slot_setter("priority")
+_set_queue = _slot_setter("queue")
+_set_timeout = _slot_setter("timeout")
+_set_lease_owner = _slot_setter("lease_owner")
+_set_lease_expires = _slot_setter("lease_expires")
+_set_created = _slot_setter("created")
+_set_updated = _slot_setter("updated")
+_set_result = _slot_setter("result")
+_set_error = _slot_setter("error")
+_set_schedule_id = _slot_setter("schedule_id")
+_set_after = _slot_setter("after")
+_set_unmet = _slot_setter("unmet")
+_set_when = _slot_setter("when")
+_set_extra = _slot_setter("extra")
 
 
 FAILURE_STATES: frozenset[TaskState] = frozenset(

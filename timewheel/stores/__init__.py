@@ -3,22 +3,42 @@
 * :class:`MemoryStore` (default): in-process, any callable and arguments, gone with the process.
 * :class:`SQLiteStore`: durable, multi-process on one host, standard library only.
 
-``open_store(url)`` builds one from ``memory://`` or ``sqlite:///path/to/file.db?durability=fast``.
-``SQLiteStore`` is imported lazily, so memory-only users never load ``sqlite3``.
+``open_store(url)`` (:mod:`timewheel.stores.url`) builds one from ``memory://`` or
+``sqlite:///path/to/file.db?durability=fast``. ``SQLiteStore`` is imported lazily, so memory-only
+users never load ``sqlite3``.
+
+:class:`Store` is the protocol; :class:`SupportsCompactInsert` and :class:`SupportsInspection`
+are optional abilities a store may add (:mod:`timewheel.stores.base`). What every store decides
+the same way is in :mod:`timewheel.stores.policy`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from timewheel.stores._url import open_store
-from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.stores.base import (
+    Changed,
+    OnConflict,
+    Store,
+    SupportsCompactInsert,
+    SupportsInspection,
+)
 from timewheel.stores.memory import MemoryStore
+from timewheel.stores.url import open_store
 
 if TYPE_CHECKING:
     from timewheel.stores.sqlite import SQLiteStore
 
-__all__ = ["Changed", "MemoryStore", "OnConflict", "SQLiteStore", "Store", "open_store"]
+__all__ = [
+    "Changed",
+    "MemoryStore",
+    "OnConflict",
+    "SQLiteStore",
+    "Store",
+    "SupportsCompactInsert",
+    "SupportsInspection",
+    "open_store",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,6 +4,12 @@ Every state change is a compare-and-swap on ``version`` (``UPDATE ... SET state=
 version=version+1 WHERE id=? AND version=?`` or its in-memory twin): a lost swap means another actor
 won, and the loser backs off. Stores never decide policy (retries, misfires): the scheduler does,
 and tells the store the result. Time is passed in (``now``); stores do not read a clock.
+
+Besides :class:`Store`, a store may offer optional abilities, each a small runtime-checkable
+protocol that callers test with one ``isinstance`` check:
+
+* :class:`SupportsCompactInsert`: cheap inserts of fresh tasks with default options;
+* :class:`SupportsInspection`: the read-only queries behind ``timewheel inspect``.
 """
 
 from __future__ import annotations
@@ -189,22 +195,22 @@ class Store(Protocol):
         ...
 
     def close(self) -> None:
-        """Release resources. Idempotent."""
+        """Release resources. Idempotent. A closed store refuses further changes (``StoreError``)."""
         ...
 
 
 @runtime_checkable
 class SupportsCompactInsert(Protocol):
-    """**Protocol (optional):** a store that keeps fresh default-option tasks in a compact form.
+    """**Protocol:** a store that inserts fresh one-shot tasks with default options cheaply.
 
-    ``Scheduler.schedule`` checks for it once, at construction, and uses it for one-shot tasks
-    scheduled with a delay or a plain ``at=`` and no other option.
+    ``Scheduler.schedule`` uses these for a task that has nothing but a function, arguments and a
+    due time; what they store reads back exactly as the :class:`Task` described below.
     """
 
     def add_pending(
         self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float
     ) -> None:
-        """Insert a fresh PENDING task with every other option at its default.
+        """Insert ``Task(id=task_id, func=func, args=args, due=due, created=now, updated=now)``.
 
         Raises:
             DuplicateKeyError: a task with this id exists.
@@ -214,13 +220,18 @@ class SupportsCompactInsert(Protocol):
     def add_ready(
         self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float
     ) -> Task:
-        """Insert a fresh task that is already due straight into READY (version 1); return it."""
+        """Insert that task already promoted (READY at version 1, as ``promote`` leaves it).
+
+        Raises:
+            DuplicateKeyError: a task with this id exists.
+            ValueError: *due* is later than *now*.
+        """
         ...
 
 
 @runtime_checkable
 class SupportsInspection(Protocol):
-    """**Protocol (optional):** what ``timewheel inspect`` and ``Scheduler.upcoming`` read."""
+    """**Protocol:** the read-only queries ``timewheel inspect`` shows for a store."""
 
     def oldest_ready_age(self, now: float) -> float | None:
         """Seconds since the earliest due time among READY tasks (how far workers lag), or None."""
@@ -229,8 +240,13 @@ class SupportsInspection(Protocol):
     def due_histogram(
         self, now: float, *, horizon: float = 3600.0, bucket: float = 60.0
     ) -> list[tuple[float, int]]:
-        """``(bucket_start, n)`` of PENDING tasks due in ``[now, now + horizon)``, buckets
-        *bucket* seconds wide aligned on *now*, empty ones included."""
+        """Expected load: ``(bucket_start, n)`` for PENDING tasks due in ``[now, now + horizon)``.
+
+        Buckets are *bucket* seconds wide, aligned on *now*; empty buckets are included.
+
+        Raises:
+            InvalidScheduleError: *bucket* or *horizon* is not a positive number of seconds.
+        """
         ...
 
     def recent_failures(self, limit: int = 10) -> list[Task]:
@@ -238,5 +254,5 @@ class SupportsInspection(Protocol):
         ...
 
     def unresolvable(self) -> dict[str, int]:
-        """Function references this process could not resolve -> READY tasks waiting on each."""
+        """Function references this process cannot resolve -> READY tasks waiting on each."""
         ...

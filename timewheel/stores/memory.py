@@ -3,76 +3,40 @@
 from __future__ import annotations
 
 import heapq
-import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from timewheel.errors import (
-    DuplicateKeyError,
-    InvalidScheduleError,
-    TaskNotFoundError,
-    VersionConflictError,
-)
-from timewheel.stores.base import Changed, OnConflict
-from timewheel.task import (
-    TERMINAL_STATES,
-    ScheduleRecord,
-    Task,
-    TaskState,
-    check_transition,
-    dependency_effect,
-)
+from timewheel.stores import policy
+from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.stores.compact import CompactRecords
+from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, check_transition
 
 __all__ = ["MemoryStore"]
 
 _P = TaskState.PENDING
 _R = TaskState.READY
 _RUN = TaskState.RUNNING
-_CANCELLABLE = (TaskState.PENDING, TaskState.READY)
+_PRUNE_BATCH = 1000  # deletions per hold of the lock in prune()
 
 
-def _expand(
-    task_id: str,
-    rec: tuple[Any, ...],
-    fns: dict[int, list[Any]],
-    state: TaskState = _P,
-    version: int = 0,
-    updated: float | None = None,
-) -> Task:
-    """The :class:`Task` of a compact record ``(due, created, id(func)[, args])``."""
-    return Task(
-        id=task_id,
-        func=fns[rec[2]][0],
-        args=rec[3] if len(rec) > 3 else (),
-        due=rec[0],
-        state=state,
-        version=version,
-        created=rec[1],
-        updated=rec[1] if updated is None else updated,
-    )
-
-
-def _not_found(task_id: str) -> TaskNotFoundError:
-    return TaskNotFoundError(f"no task with id {task_id!r}")
-
-
-class MemoryStore:
+class MemoryStore(Store):
     """Tasks in a dict behind one lock; every change is a compare-and-swap on ``version``.
 
     Accepts any callable and any arguments (nothing is serialized). Runtime complexity: insert,
     get, transition, claim, heartbeat and finish are O(1) (plus the dependents they settle);
-    ``due_before``, ``ready``, ``expired_leases`` and ``list`` scan the matching state's tasks.
+    ``due_before``, ``ready``, ``expired_leases`` and ``tasks`` scan the matching state's tasks.
 
     Compact pending tasks: :meth:`add_pending` (the path ``Scheduler.schedule`` takes for a
-    one-shot task with default options) keeps a fresh PENDING task as a small tuple, about a
-    third of a :class:`Task` snapshot. Reads see an ordinary Task built on the fly; the first
-    change (promotion to READY, cancellation, replacement) stores the full record. The tuple
-    names its function by ``id()`` in a table of the functions in use (each held, with a use
-    count, while a compact record needs it), so that a record without arguments holds only
-    numbers: the cyclic garbage collector stops tracking it at its first pass instead of
-    traversing every pending task again in each full collection.
+    one-shot task with default options) keeps a fresh PENDING task as a small record
+    (:class:`~timewheel.stores.compact.CompactRecords`), about a third of a :class:`Task`
+    snapshot. Reads see an ordinary Task built on the fly; the first change (promotion to READY,
+    cancellation, replacement) stores the full snapshot.
+
+    After :meth:`close` the store refuses changes with :class:`~timewheel.errors.StoreError`;
+    reads keep working. Implements :class:`~timewheel.stores.base.SupportsCompactInsert` and
+    :class:`~timewheel.stores.base.SupportsInspection`.
     """
 
     durable = False
@@ -80,10 +44,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._tasks: dict[str, Task] = {}
-        # fresh PENDING tasks with default options: id -> (due, created, id(func)[, args])
-        self._lite: dict[str, tuple[Any, ...]] = {}
-        # id(func) -> [func, compact records naming it, id(func) as the records' shared int]
-        self._fns: dict[int, list[Any]] = {}
+        self._lite = CompactRecords()  # fresh PENDING tasks with default options
         self._by_state: dict[TaskState, dict[str, None]] = {s: {} for s in TaskState}
         self._dependents: dict[str, list[str]] = {}
         self._schedules: dict[str, ScheduleRecord] = {}
@@ -108,151 +69,58 @@ class MemoryStore:
             else:
                 self._active_by_schedule.setdefault(sid, {})[new.id] = None
 
+    def _writable(self) -> None:
+        if self._closed:
+            raise policy.closed(repr(self))
+
     def _take(self, task_id: str) -> Task | None:
         """The stored task, a compact one stored in full first (for a change to follow)."""
         t = self._tasks.get(task_id)
         if t is None:
-            rec = self._lite.get(task_id)
-            if rec is not None:
-                t = self._store_in_full(task_id, rec)
+            t = self._lite.pop(task_id)
+            if t is not None:
+                self._put(None, t)
         return t
-
-    def _store_in_full(
-        self,
-        task_id: str,
-        rec: tuple[Any, ...],
-        state: TaskState = _P,
-        version: int = 0,
-        updated: float | None = None,
-    ) -> Task:
-        """Replace the compact record *rec* of *task_id* by a full snapshot (*state*, *version*,
-        *updated* as given) and return it."""
-        del self._lite[task_id]
-        t = _expand(task_id, rec, self._fns, state, version, updated)
-        self._unref(rec)
-        self._put(None, t)
-        return t
-
-    def _unref(self, rec: tuple[Any, ...]) -> None:
-        """A compact record was removed: release its function."""
-        fid = rec[2]
-        use = self._fns[fid]
-        if use[1] == 1:
-            del self._fns[fid]
-        else:
-            use[1] -= 1
 
     def _peek(self, task_id: str) -> Task | None:
-        """The stored task, a compact one expanded into a snapshot but left compact."""
+        """The stored task; a compact one is built on the fly and stays compact."""
         t = self._tasks.get(task_id)
         if t is None:
-            rec = self._lite.get(task_id)
-            if rec is not None:
-                return _expand(task_id, rec, self._fns)
+            return self._lite.get(task_id)
         return t
 
     def _require(self, task_id: str) -> Task:
         t = self._take(task_id)
         if t is None:
-            raise _not_found(task_id)
+            raise policy.task_not_found(task_id)
         return t
 
     def _check_new(self, task_id: str) -> None:
         if task_id in self._tasks or task_id in self._lite:
-            raise DuplicateKeyError(f"a task with id {task_id!r} already exists")
+            raise policy.task_exists(task_id)
+
+    def _state_of(self, task_id: str) -> TaskState | None:
+        t = self._peek(task_id)
+        return None if t is None else t.state
+
+    def _take_dependents(self, upstream_id: str) -> Iterable[Task]:
+        tasks = self._tasks
+        for dep_id in self._dependents.pop(upstream_id, ()):
+            dep = tasks.get(dep_id)
+            if dep is not None:
+                yield dep
 
     def _settle(self, upstream: Task, now: float) -> tuple[Task, ...]:
         """Apply a terminal upstream's effect to its dependents, transitively."""
-        out: list[Task] = []
-        stack = [upstream]
-        while stack:
-            up = stack.pop()
-            for dep_id in self._dependents.pop(up.id, ()):
-                dep = self._tasks.get(dep_id)
-                if dep is None or dep.state is not _P or dep.unmet <= 0:
-                    continue
-                unmet, terminal, error = dependency_effect(dep.when, up.state, dep.unmet)
-                if terminal is not None:
-                    new = dep.evolve(
-                        state=terminal,
-                        version=dep.version + 1,
-                        unmet=unmet,
-                        error=error,
-                        updated=now,
-                    )
-                    stack.append(new)
-                else:
-                    new = dep.evolve(unmet=unmet, version=dep.version + 1, updated=now)
-                self._put(dep, new)
-                out.append(new)
-        return tuple(out)
-
-    # -- tasks ------------------------------------------------------------------------------------
-    def insert(self, task: Task, *, on_conflict: OnConflict = "error") -> Changed:
-        if on_conflict not in ("error", "keep", "replace"):
-            raise InvalidScheduleError(
-                f"on_conflict must be 'error', 'keep' or 'replace' (got {on_conflict!r})"
-            )
-        with self._lock:
-            old = self._peek(task.id)
-            if (
-                old is None
-                and not task.after
-                and task.state is _P
-                and task.version == 0
-                and task.updated == task.created
-            ):
-                self._put(None, task)  # the common case: a fresh task, stored as given
-                return Changed(task)
-            if old is not None:
-                if on_conflict == "keep":
-                    return Changed(old)
-                if on_conflict == "error":
-                    raise DuplicateKeyError(
-                        f"a task with id {task.id!r} already exists (state {old.state.value}); "
-                        "pass on_conflict='keep' or 'replace', or choose another id"
-                    )
-                if old.state is _RUN:
-                    raise VersionConflictError(
-                        f"task {task.id!r} is running and cannot be replaced; wait for it or "
-                        "schedule under another id"
-                    )
-            if old is not None and task.id in self._lite:
-                self._take(task.id)  # a compact record is stored in full before it changes
-            unmet = 0
-            terminal: TaskState | None = None
-            error: str | None = None
-            ups: list[Task] = []
-            for up_id in dict.fromkeys(task.after):
-                up = self._take(up_id)
-                if up is None:
-                    raise TaskNotFoundError(
-                        f"task {task.id!r} depends on {up_id!r}, which does not exist; schedule "
-                        "the upstream task first"
-                    )
-                ups.append(up)
-            unmet = len(ups)
-            for up in ups:
-                # unmet == 0 with no terminal state: already released (any_failed), stop counting
-                if up.state in TERMINAL_STATES and terminal is None and unmet > 0:
-                    unmet, terminal, error = dependency_effect(task.when, up.state, unmet)
-            new = task.evolve(
-                state=terminal or _P,
-                version=(old.version + 1) if old is not None else 0,
-                unmet=max(unmet, 0) if terminal is None else unmet,
-                error=error,
-                created=task.created,
-                updated=task.created,
-            )
-            if old is not None:
-                self._detach_dependent(old)
-            self._put(old, new)
-            if terminal is None and new.unmet > 0:
-                for up in ups:
-                    if up.state not in TERMINAL_STATES:
-                        self._dependents.setdefault(up.id, []).append(new.id)
-            deps = self._settle(new, new.updated) if terminal is not None else ()
-            return Changed(new, deps)
+        if upstream.id not in self._dependents:
+            return ()
+        return policy.settle(
+            upstream.id,
+            upstream.state,
+            now,
+            take_dependents=self._take_dependents,
+            save=self._put,
+        )
 
     def _detach_dependent(self, old: Task) -> None:
         for up_id in old.after:
@@ -260,21 +128,46 @@ class MemoryStore:
             if lst and old.id in lst:
                 lst.remove(old.id)
 
+    # -- tasks ------------------------------------------------------------------------------------
+    def insert(self, task: Task, *, on_conflict: OnConflict = "error") -> Changed:
+        policy.check_on_conflict(on_conflict)
+        with self._lock:
+            self._writable()
+            old = self._peek(task.id)
+            if old is None and not task.after:
+                new = policy.as_inserted(task)
+                self._put(None, new)  # the common case: a fresh task without dependencies
+                return Changed(new)
+            if old is not None:
+                if policy.keep_existing(task.id, old.state, on_conflict):
+                    return Changed(old)
+                old = self._take(task.id)  # a compact record is stored in full before it changes
+                assert old is not None
+            count = policy.count_dependencies(task, self._state_of)
+            version = 0 if old is None else old.version + 1
+            new = count.apply(policy.as_inserted(task, version=version))
+            if old is not None:
+                self._detach_dependent(old)
+            self._put(old, new)
+            for up_id in count.waits_on:
+                self._dependents.setdefault(up_id, []).append(new.id)
+            deps = self._settle(new, new.updated) if new.state in TERMINAL_STATES else ()
+            return Changed(new, deps)
+
     def insert_many(self, tasks: Sequence[Task]) -> None:
         with self._lock:
+            self._writable()
             seen: set[str] = set()
             for t in tasks:
-                if t.id in self._tasks or t.id in self._lite or t.id in seen:
-                    raise DuplicateKeyError(
-                        f"a task with id {t.id!r} already exists; none inserted"
-                    )
+                if t.id in seen:
+                    raise policy.duplicate_in_batch(t.id)
+                if t.id in self._tasks or t.id in self._lite:
+                    raise policy.existing_in_batch(t.id, len(tasks))
                 if t.after:
-                    raise InvalidScheduleError(
-                        f"insert_many does not take dependencies (task {t.id!r}); use insert()"
-                    )
+                    raise policy.dependencies_in_batch(t.id)
                 seen.add(t.id)
             for t in tasks:
-                self._put(None, t.evolve(state=_P, version=0, updated=t.created))
+                self._put(None, policy.as_inserted(t))
 
     def add_pending(
         self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float
@@ -289,15 +182,11 @@ class MemoryStore:
             DuplicateKeyError: a task with this id exists.
         """
         with self._lock:
-            self._check_new(task_id)
-            fid = id(func)
-            use = self._fns.get(fid)
-            if use is None:
-                self._fns[fid] = [func, 1, fid]
-            else:
-                use[1] += 1
-                fid = use[2]  # one shared int object, not a new one per record
-            self._lite[task_id] = (due, now, fid, args) if args else (due, now, fid)
+            if self._closed:
+                raise policy.closed(repr(self))
+            if task_id in self._tasks:
+                raise policy.task_exists(task_id)
+            self._lite.add(task_id, func, args, due, now)  # refuses an id it holds
 
     def add_ready(
         self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float
@@ -324,6 +213,7 @@ class MemoryStore:
             updated=now,
         )
         with self._lock:
+            self._writable()
             self._check_new(task_id)
             self._put(None, task)
         return task
@@ -332,7 +222,7 @@ class MemoryStore:
         with self._lock:
             t = self._peek(task_id)
         if t is None:
-            raise _not_found(task_id)
+            raise policy.task_not_found(task_id)
         return t
 
     def find(self, task_id: str) -> Task | None:
@@ -346,12 +236,10 @@ class MemoryStore:
         self, task_id: str, *, expected_version: int, state: TaskState, now: float, **changes: Any
     ) -> Changed:
         with self._lock:
+            self._writable()
             t = self._require(task_id)
             if t.version != expected_version:
-                raise VersionConflictError(
-                    f"task {task_id!r} is at version {t.version} ({t.state.value}), not "
-                    f"{expected_version}: another actor changed it first; re-read and decide again"
-                )
+                raise policy.version_conflict(task_id, t.version, t.state, expected_version)
             check_transition(task_id, t.state, state)
             new = t.evolve(state=state, version=t.version + 1, updated=now, **changes)
             self._put(t, new)
@@ -363,16 +251,17 @@ class MemoryStore:
     ) -> list[Task]:
         moved: list[Task] = []
         with self._lock:
+            self._writable()
             tasks = self._tasks
             lite = self._lite
             for tid in task_ids:
                 t = tasks.get(tid)
                 if t is None:
-                    rec = lite.get(tid)
-                    if rec is None or rec[0] > now:
-                        continue
-                    # straight from the compact record to READY
-                    moved.append(self._store_in_full(tid, rec, _R, 1, now))
+                    # straight from the compact record to READY, if it is due
+                    t = lite.pop(tid, _R, 1, now, due_by=now)
+                    if t is not None:
+                        self._put(None, t)
+                        moved.append(t)
                     continue
                 if t.state is not _P or t.due > now or t.unmet > 0:
                     continue
@@ -380,8 +269,8 @@ class MemoryStore:
                 self._put(t, new)
                 moved.append(new)
             for s in successors:
-                if s.id not in tasks:
-                    self._put(None, s.evolve(state=_P, version=0, updated=s.created))
+                if s.id not in tasks and s.id not in lite:
+                    self._put(None, policy.as_inserted(s))
         return moved
 
     def claim(
@@ -390,6 +279,8 @@ class MemoryStore:
         # Optimistic: build the new snapshot outside the lock, then swap it in only if the
         # stored one is still the snapshot it was built from (any change moves the version).
         # The lock is held for the swap alone, so worker threads rarely queue on it.
+        if self._closed:
+            raise policy.closed(repr(self))
         t = self._tasks.get(task_id)
         if t is None or t.version != expected_version or t.state is not _R:
             return None
@@ -417,6 +308,7 @@ class MemoryStore:
         queues: Sequence[str] | None = None,
     ) -> list[Task]:
         with self._lock:
+            self._writable()
             out: list[Task] = []
             for t in self.ready(limit=limit, queues=queues):
                 c = self.claim(
@@ -432,6 +324,7 @@ class MemoryStore:
 
     def heartbeat(self, task_id: str, *, owner: str, lease_expires: float, now: float) -> bool:
         with self._lock:
+            self._writable()
             t = self._tasks.get(task_id)
             if t is None or t.state is not _RUN or t.lease_owner != owner:
                 return False
@@ -443,6 +336,8 @@ class MemoryStore:
     def finish(
         self, task_id: str, *, owner: str, state: TaskState, now: float, **changes: Any
     ) -> Changed | None:
+        if self._closed:
+            raise policy.closed(repr(self))
         while True:  # optimistic, as in claim(); a heartbeat in between means one more pass
             t = self._tasks.get(task_id)
             if t is None or t.state is not _RUN or t.lease_owner != owner:
@@ -471,7 +366,7 @@ class MemoryStore:
                 for t in (tasks[i] for i in self._by_state[_P])
                 if t.due < until and t.unmet == 0
             ]
-            hits += [(rec[0], i, None) for i, rec in self._lite.items() if rec[0] < until]
+            hits += [(due, i, None) for due, i in self._lite.due_before(until)]
         hits.sort(key=_due_and_id)
         return [(i, d, s) for d, i, s in hits[:limit]]
 
@@ -513,7 +408,7 @@ class MemoryStore:
                 if state is None
                 else frozenset((state,) if isinstance(state, TaskState) else state)
             )
-            pool: Iterable[Task]
+            pool: list[Task]
             if schedule_id is not None and states is not None and not states & TERMINAL_STATES:
                 ids = self._active_by_schedule.get(schedule_id, {})
                 pool = [t for t in (self._tasks[i] for i in ids) if t.state in states]
@@ -522,39 +417,59 @@ class MemoryStore:
             else:
                 pool = [self._tasks[i] for s in states for i in self._by_state[s]]
             if schedule_id is None and (states is None or _P in states):
-                fns = self._fns
-                pool += [_expand(i, rec, fns) for i, rec in self._lite.items()]
+                pool += self._lite.tasks()
         out = [t for t in pool if schedule_id is None or t.schedule_id == schedule_id]
         out.sort(key=lambda t: (t.due, t.created, t.id))
         return out if limit is None else out[:limit]
 
     def delete(self, task_id: str) -> bool:
         with self._lock:
-            t = self._tasks.pop(task_id, None)
-            if t is None:
-                rec = self._lite.pop(task_id, None)
-                if rec is None:
-                    return False
-                self._unref(rec)
-                return True
+            self._writable()
+            return self._delete(task_id)
+
+    def _delete(self, task_id: str) -> bool:
+        t = self._tasks.pop(task_id, None)
+        if t is None:
+            if not self._lite.discard(task_id):
+                return False
+        else:
             del self._by_state[t.state][task_id]
             if t.schedule_id is not None:
                 active = self._active_by_schedule.get(t.schedule_id)
                 if active is not None:
                     active.pop(task_id, None)
             self._detach_dependent(t)
-            self._dependents.pop(task_id, None)
-            return True
+        self._dependents.pop(task_id, None)
+        return True
 
     def prune(self, *, before: float, states: Iterable[TaskState] | None = None) -> int:
+        """Delete terminal tasks (or those in *states*) last updated before *before*; the count.
+
+        The lock is held to copy the candidates' ids, then for batches of at most
+        ``_PRUNE_BATCH`` deletions, so other threads keep going while a large store is pruned.
+        """
+        sts = TERMINAL_STATES if states is None else frozenset(states)
         with self._lock:
-            sts = TERMINAL_STATES if states is None else frozenset(states)
-            victims = [i for s in sts for i in self._by_state[s] if self._tasks[i].updated < before]
-            if _P in sts:
-                victims += [i for i, rec in self._lite.items() if rec[1] < before]
-            for i in victims:
-                self.delete(i)
-            return len(victims)
+            self._writable()
+            candidates = [list(self._by_state[s]) for s in sts]
+            compact = list(self._lite) if _P in sts else []
+        total = 0
+        for ids in candidates:
+            for start in range(0, len(ids), _PRUNE_BATCH):
+                with self._lock:
+                    for i in ids[start : start + _PRUNE_BATCH]:
+                        t = self._tasks.get(i)  # changed meanwhile? then it may be kept
+                        if t is not None and t.state in sts and t.updated < before:
+                            self._delete(i)
+                            total += 1
+        for start in range(0, len(compact), _PRUNE_BATCH):
+            with self._lock:
+                for i in compact[start : start + _PRUNE_BATCH]:
+                    created = self._lite.created(i)
+                    if created is not None and created < before:
+                        self._delete(i)
+                        total += 1
+        return total
 
     # -- inspection -----------------------------------------------------------------------------
     def oldest_ready_age(self, now: float) -> float | None:
@@ -568,49 +483,45 @@ class MemoryStore:
     ) -> list[tuple[float, int]]:
         """Expected load: ``(bucket_start, n)`` for PENDING tasks due in ``[now, now + horizon)``,
         buckets *bucket* seconds wide aligned on *now*, empty ones included."""
-        if bucket <= 0 or horizon <= 0:
-            raise InvalidScheduleError(f"bucket and horizon must be > 0 (got {bucket}, {horizon})")
-        n = math.ceil(horizon / bucket)
+        n = policy.histogram_buckets(horizon, bucket)
         counts = [0] * n
         with self._lock:
             pending = [self._tasks[i].due for i in self._by_state[_P]]
-            pending += [rec[0] for rec in self._lite.values()]
-            for d in pending:
-                if now <= d < now + horizon:
-                    b = int((d - now) // bucket)
-                    if b < n:
-                        counts[b] += 1
-        return [(now + b * bucket, c) for b, c in enumerate(counts)]
-
-    def unresolvable(self) -> dict[str, int]:
-        """Always empty: the memory store holds callables, nothing is resolved from text."""
-        return {}
+            pending += self._lite.dues()
+        for d in pending:
+            if now <= d < now + horizon:
+                b = int((d - now) // bucket)
+                if b < n:
+                    counts[b] += 1
+        return policy.histogram(now, bucket, counts)
 
     def recent_failures(self, limit: int = 10) -> list[Task]:
         """The last *limit* tasks that ended FAILED, TIMED_OUT or UPSTREAM_FAILED, newest first."""
         with self._lock:
-            out = [
-                self._tasks[i]
-                for s in (TaskState.FAILED, TaskState.TIMED_OUT, TaskState.UPSTREAM_FAILED)
-                for i in self._by_state[s]
-            ]
+            out = [self._tasks[i] for s in policy.REPORTED_FAILURES for i in self._by_state[s]]
         out.sort(key=lambda t: t.updated, reverse=True)
         return out[: max(limit, 0)]
+
+    def unresolvable(self) -> dict[str, int]:
+        """Always ``{}``: this store keeps function objects, so there is no reference to resolve.
+
+        (Durable stores report the function references the process cannot import, with the
+        number of READY tasks waiting on each.)
+        """
+        return {}
 
     # -- schedules ------------------------------------------------------------------------------
     def put_schedule(
         self, record: ScheduleRecord, *, first: Task | None, on_conflict: OnConflict = "replace"
     ) -> ScheduleRecord:
+        policy.check_on_conflict(on_conflict)
+        policy.check_schedule(record)
         with self._lock:
+            self._writable()
             old = self._schedules.get(record.id)
             if old is not None:
-                if on_conflict == "keep":
+                if policy.keep_existing_schedule(record.id, on_conflict):
                     return old
-                if on_conflict == "error":
-                    raise DuplicateKeyError(
-                        f"a schedule with id {record.id!r} already exists; pass "
-                        "on_conflict='replace' or 'keep', or choose another id"
-                    )
                 self._cancel_instances(record.id, record.updated)
                 record = record.evolve(version=old.version + 1)
             self._schedules[record.id] = record
@@ -619,20 +530,18 @@ class MemoryStore:
                 if existing is None or existing.state in TERMINAL_STATES:
                     # a reused id moves past the old version, so a stale CAS cannot hit the new task
                     version = 0 if existing is None else existing.version + 1
-                    self._put(
-                        existing, first.evolve(state=_P, version=version, updated=first.created)
-                    )
+                    self._put(existing, policy.as_inserted(first, version=version))
             return record
 
     def _cancel_instances(self, schedule_id: str, now: float) -> None:
         for i in list(self._active_by_schedule.get(schedule_id, ())):
             t = self._tasks[i]
-            if t.state in _CANCELLABLE:
+            if t.state in policy.CANCELLABLE_STATES:
                 new = t.evolve(
                     state=TaskState.CANCELLED,
                     version=t.version + 1,
                     updated=now,
-                    error="its schedule was replaced or deleted",
+                    error=policy.SCHEDULE_GONE,
                 )
                 self._put(t, new)
                 self._settle(new, now)
@@ -647,20 +556,21 @@ class MemoryStore:
     def update_schedule(
         self, schedule_id: str, *, expected_version: int, **changes: Any
     ) -> ScheduleRecord:
+        policy.check_schedule_changes(changes)
         with self._lock:
+            self._writable()
             old = self._schedules.get(schedule_id)
             if old is None:
-                raise TaskNotFoundError(f"no schedule with id {schedule_id!r}")
+                raise policy.schedule_not_found(schedule_id)
             if old.version != expected_version:
-                raise VersionConflictError(
-                    f"schedule {schedule_id!r} is at version {old.version}, not {expected_version}"
-                )
+                raise policy.schedule_version_conflict(schedule_id, old.version, expected_version)
             new = old.evolve(version=old.version + 1, **changes)
             self._schedules[schedule_id] = new
             return new
 
     def delete_schedule(self, schedule_id: str) -> bool:
         with self._lock:
+            self._writable()
             old = self._schedules.pop(schedule_id, None)
             if old is None:
                 return False
@@ -668,6 +578,7 @@ class MemoryStore:
             return True
 
     def close(self) -> None:
+        """Refuse further changes (idempotent); what the store holds stays readable."""
         self._closed = True
 
     def __len__(self) -> int:

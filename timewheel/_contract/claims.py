@@ -1,0 +1,305 @@
+"""Contract checks for runs: claims (one task, batches, racing threads), heartbeats, finishes."""
+
+from __future__ import annotations
+
+from timewheel._contract.support import (
+    T0,
+    S,
+    expect,
+    ids_of,
+    in_threads,
+    make_ready,
+    make_running,
+    new_task,
+)
+from timewheel.errors import (
+    InvalidTransitionError,
+)
+from timewheel.stores.base import Store
+
+
+# -- claim -------------------------------------------------------------------------------------
+def check_claim_cas(store: Store) -> None:
+    store.insert(new_task("a"))
+    assert store.claim("a", expected_version=0, owner="w1", lease_expires=T0 + 9, now=T0) is None, (
+        "a PENDING task cannot be claimed"
+    )
+    r = make_ready(store, "a")[0]
+    c = store.claim("a", expected_version=r.version, owner="w1", lease_expires=T0 + 9, now=T0 + 1)
+    assert c is not None, "claim of a READY task at its version succeeds"
+    assert (c.state, c.version, c.attempts) == (S.RUNNING, r.version + 1, 1), (
+        f"claim: RUNNING, version + 1, attempts + 1 (got {c.state}, v{c.version}, {c.attempts})"
+    )
+    assert (c.lease_owner, c.lease_expires, c.updated) == ("w1", T0 + 9, T0 + 1), (
+        f"claim sets the lease and updated (got {c.lease_owner}, {c.lease_expires}, {c.updated})"
+    )
+    assert store.get("a") == c, "claim's result is what get returns"
+    lost = store.claim("a", expected_version=r.version, owner="w2", lease_expires=T0 + 9, now=T0)
+    assert lost is None, "a second claim of the same version loses"
+    assert store.get("a").lease_owner == "w1", "the loser changes nothing"
+    assert store.claim("ghost", expected_version=0, owner="w", lease_expires=T0, now=T0) is None
+
+
+def check_claim_next_order(store: Store) -> None:
+    store.insert_many(
+        [
+            new_task("low", due=T0 - 50, priority=-1),
+            new_task("p0-late", due=T0 - 10),
+            new_task("p0-early", due=T0 - 20),
+            new_task("p5-late", due=T0 - 1, priority=5),
+            new_task("p5-early", due=T0 - 2, priority=5),
+        ]
+    )
+    make_ready(store, "low", "p0-late", "p0-early", "p5-late", "p5-early")
+    order: list[str] = []
+    for _ in range(6):
+        got = store.claim_next(owner="w", lease_expires=T0 + 30, now=T0, limit=1)
+        order.extend(ids_of(got))
+    assert order == ["p5-early", "p5-late", "p0-early", "p0-late", "low"], (
+        f"claim_next takes highest priority first, then earliest due (got {order})"
+    )
+
+
+def check_claim_next_batch(store: Store) -> None:
+    ids = [f"t{i}" for i in range(5)]
+    store.insert_many([new_task(i, due=T0 - 5 + n) for n, i in enumerate(ids)])
+    make_ready(store, *ids)
+    a = store.claim_next(owner="A", lease_expires=T0 + 30, now=T0 + 1, limit=3)
+    assert ids_of(a) == ["t0", "t1", "t2"], (
+        f"a batch claim takes the first *limit* in order ({ids_of(a)})"
+    )
+    for t in a:
+        assert (t.state, t.lease_owner, t.lease_expires, t.attempts, t.version) == (
+            S.RUNNING,
+            "A",
+            T0 + 30,
+            1,
+            2,
+        ), f"each claimed task is leased to A (got {t!r})"
+        assert store.get(t.id) == t, "claim_next's results are what get returns"
+    b = store.claim_next(owner="B", lease_expires=T0 + 30, now=T0 + 1, limit=10)
+    assert ids_of(b) == ["t3", "t4"], f"a second claimer gets only what is left ({ids_of(b)})"
+    assert store.claim_next(owner="C", lease_expires=T0 + 30, now=T0, limit=10) == [], (
+        "nothing is claimed twice"
+    )
+    assert store.claim_next(owner="C", lease_expires=T0 + 30, now=T0, limit=0) == []
+
+
+def check_claim_next_queues(store: Store) -> None:
+    store.insert_many(
+        [
+            new_task("m1", queue="mail"),
+            new_task("r1", queue="reports"),
+            new_task("d1"),
+            new_task("m2", queue="mail", due=T0 - 1),
+        ]
+    )
+    make_ready(store, "m1", "r1", "d1", "m2")
+    got = store.claim_next(owner="w", lease_expires=T0 + 5, now=T0, limit=10, queues=["mail"])
+    assert ids_of(got) == ["m2", "m1"], f"queues= filters the lanes served (got {ids_of(got)})"
+    assert store.claim_next(owner="w", lease_expires=T0 + 5, now=T0, limit=10, queues=[]) == [], (
+        "queues=[] serves no lane"
+    )
+    rest = store.claim_next(
+        owner="w", lease_expires=T0 + 5, now=T0, limit=10, queues=("reports", "default")
+    )
+    assert sorted(ids_of(rest)) == ["d1", "r1"], f"several queues (got {ids_of(rest)})"
+
+
+def check_claim_next_skips_non_ready(store: Store) -> None:
+    store.insert_many([new_task("p"), new_task("r"), new_task("x")])
+    make_ready(store, "r", "x")
+    store.transition("x", expected_version=1, state=S.CANCELLED, now=T0)
+    got = store.claim_next(owner="w", lease_expires=T0 + 5, now=T0, limit=10)
+    assert ids_of(got) == ["r"], f"only READY tasks are claimed (got {ids_of(got)})"
+
+
+def check_claim_next_threads(store: Store) -> None:
+    n = 120
+    ids = [f"t{i:03d}" for i in range(n)]
+    store.insert_many([new_task(i) for i in ids])
+    make_ready(store, *ids)
+    got: list[list[str]] = [[] for _ in range(4)]
+
+    def work(k: int) -> None:
+        while True:
+            batch = store.claim_next(owner=f"w{k}", lease_expires=T0 + 60, now=T0, limit=3)
+            if not batch:
+                return
+            got[k].extend(ids_of(batch))
+
+    in_threads(work, "claim_next")
+    flat = [i for g in got for i in g]
+    assert len(flat) == len(set(flat)), "a task was claimed twice by concurrent threads"
+    assert sorted(flat) == ids, f"every READY task is claimed once ({len(flat)} of {n})"
+    for k in range(4):
+        for i in got[k]:
+            assert store.get(i).lease_owner == f"w{k}", f"{i} is leased to its claimer"
+
+
+def check_claim_and_finish_race_threads(store: Store) -> None:
+    """Threads racing ``claim`` on the same READY versions: each task is won exactly once, and
+    its winner's heartbeat and ``finish`` land while the others keep racing for other tasks."""
+    n = 60
+    ids = [f"r{i:03d}" for i in range(n)]
+    store.insert_many([new_task(i) for i in ids])
+    versions = {t.id: t.version for t in make_ready(store, *ids)}
+    won: list[list[str]] = [[] for _ in range(4)]
+
+    def work(k: int) -> None:
+        owner = f"w{k}"
+        for i in ids:
+            c = store.claim(
+                i, expected_version=versions[i], owner=owner, lease_expires=T0 + 60, now=T0
+            )
+            if c is None:
+                continue
+            won[k].append(i)
+            store.heartbeat(i, owner=owner, lease_expires=T0 + 90, now=T0)
+            done = store.finish(i, owner=owner, state=S.SUCCEEDED, now=T0, result=k)
+            assert done is not None, f"{owner} lost the finish of {i} it had claimed"
+
+    in_threads(work, "claim/finish", interleave=True)
+    flat = sorted(i for w in won for i in w)
+    assert flat == ids, f"every task is claimed exactly once (claims: {len(flat)} for {n})"
+    for k in range(4):
+        for i in won[k]:
+            t = store.get(i)
+            assert (t.state, t.result) == (S.SUCCEEDED, k), f"{i} ended as its winner left it"
+
+
+# -- heartbeat / finish ---------------------------------------------------------------------------
+def check_heartbeat(store: Store) -> None:
+    store.insert(new_task("a"))
+    c = make_running(store, "a", owner="w1", lease=T0 + 10)
+    assert store.heartbeat("a", owner="w2", lease_expires=T0 + 99, now=T0) is False, (
+        "only the lease owner may heartbeat"
+    )
+    assert store.get("a") == c, "a refused heartbeat changes nothing"
+    assert store.heartbeat("a", owner="w1", lease_expires=T0 + 20, now=T0 + 5) is True
+    t = store.get("a")
+    assert (t.lease_expires, t.version, t.state, t.updated) == (
+        T0 + 20,
+        c.version + 1,
+        S.RUNNING,
+        T0 + 5,
+    ), f"heartbeat extends the lease, version + 1 (got {t!r})"
+    store.finish("a", owner="w1", state=S.SUCCEEDED, now=T0 + 6)
+    assert store.heartbeat("a", owner="w1", lease_expires=T0 + 30, now=T0 + 7) is False, (
+        "a finished task cannot be heartbeat"
+    )
+    assert store.heartbeat("ghost", owner="w1", lease_expires=T0, now=T0) is False
+
+
+def check_finish_owner_only(store: Store) -> None:
+    store.insert(new_task("a"))
+    c = make_running(store, "a", owner="w1")
+    assert store.finish("a", owner="w2", state=S.SUCCEEDED, now=T0) is None, (
+        "only the lease owner may finish"
+    )
+    assert store.get("a") == c, "a refused finish changes nothing"
+    ch = store.finish(
+        "a",
+        owner="w1",
+        state=S.SUCCEEDED,
+        now=T0 + 3,
+        result={"rows": [1, 2.5, None, "x"], "ok": True},
+    )
+    assert ch is not None, "the owner's finish succeeds"
+    t = ch.task
+    assert (t.state, t.version, t.updated) == (S.SUCCEEDED, c.version + 1, T0 + 3), (
+        f"finish: new state, version + 1, updated now (got {t!r})"
+    )
+    assert t.lease_owner is None, "finish clears the lease"
+    assert t.lease_expires is None, "finish clears the lease"
+    assert t.result == {"rows": [1, 2.5, None, "x"], "ok": True}, f"result kept ({t.result!r})"
+    assert store.get("a") == t, "finish's result is what get returns"
+    assert store.finish("a", owner="w1", state=S.FAILED, now=T0 + 4) is None, (
+        "a finished task cannot be finished again"
+    )
+    assert store.finish("ghost", owner="w1", state=S.FAILED, now=T0) is None
+
+
+def check_finish_failed(store: Store) -> None:
+    store.insert(new_task("a"))
+    make_running(store, "a")
+    t = store.finish("a", owner="w1", state=S.FAILED, now=T0 + 1, error="ValueError: bad input 'x'")
+    assert t is not None
+    assert t.task.state is S.FAILED
+    got = store.get("a")
+    assert got.error == "ValueError: bad input 'x'", f"the error text is kept ({got.error!r})"
+    assert got.attempts == 1
+
+
+def check_finish_forbidden(store: Store) -> None:
+    store.insert(new_task("a"))
+    c = make_running(store, "a")
+    expect(
+        InvalidTransitionError,
+        lambda: store.finish("a", owner="w1", state=S.CANCELLED, now=T0),
+        "finish to CANCELLED (a running task cannot be cancelled)",
+    )
+    assert store.get("a") == c, "a refused finish changes nothing"
+
+
+def check_finish_stale_owner(store: Store) -> None:
+    store.insert(new_task("a"))
+    make_running(store, "a", owner="w1", lease=T0 + 5)
+    expired = store.expired_leases(T0 + 6, limit=10)
+    assert ids_of(expired) == ["a"], f"the lapsed lease is reported ({ids_of(expired)})"
+    e = expired[0]
+    store.transition(
+        "a",
+        expected_version=e.version,
+        state=S.PENDING,
+        now=T0 + 6,
+        lease_owner=None,
+        lease_expires=None,
+        error="lease expired",
+    )
+    make_running(store, "a", owner="w2", lease=T0 + 60)
+    assert store.finish("a", owner="w1", state=S.SUCCEEDED, now=T0 + 7) is None, (
+        "the stale owner's outcome is discarded"
+    )
+    assert store.heartbeat("a", owner="w1", lease_expires=T0 + 99, now=T0 + 7) is False
+    t = store.get("a")
+    assert (t.state, t.lease_owner, t.attempts) == (S.RUNNING, "w2", 2), (
+        f"the new owner keeps the task (got {t.state}, {t.lease_owner}, {t.attempts})"
+    )
+    assert store.finish("a", owner="w2", state=S.SUCCEEDED, now=T0 + 8) is not None
+
+
+def check_finish_retry(store: Store) -> None:
+    store.insert(new_task("a"))
+    make_running(store, "a")
+    ch = store.finish(
+        "a", owner="w1", state=S.PENDING, now=T0 + 1, due=T0 + 11, error="ValueError: try again"
+    )
+    assert ch is not None
+    t = ch.task
+    assert (t.state, t.due, t.error, t.attempts) == (
+        S.PENDING,
+        T0 + 11,
+        "ValueError: try again",
+        1,
+    ), f"a retry is PENDING at the new due ({t!r})"
+    assert t.lease_owner is None, "a retry clears the lease"
+    assert t.lease_expires is None, "a retry clears the lease"
+    assert store.due_before(T0 + 12, limit=10) == [("a", T0 + 11, None)], "the retry is due again"
+    assert store.promote(["a"], T0 + 5) == [], "not before its new due time"
+    make_ready(store, "a", now=T0 + 11)
+    c = store.claim_next(owner="w2", lease_expires=T0 + 60, now=T0 + 11, limit=1)
+    assert ids_of(c) == ["a"], "the second run counts attempt 2"
+    assert c[0].attempts == 2, "the second run counts attempt 2"
+
+
+def check_finish_release(store: Store) -> None:
+    store.insert(new_task("a"))
+    make_running(store, "a")
+    ch = store.finish("a", owner="w1", state=S.READY, now=T0 + 1)
+    assert ch is not None, "a released task is READY again"
+    assert ch.task.state is S.READY, "a released task is READY again"
+    assert ch.task.lease_owner is None, "release clears the lease"
+    assert ch.task.lease_expires is None, "release clears the lease"
+    again = store.claim_next(owner="w2", lease_expires=T0 + 9, now=T0 + 2, limit=5)
+    assert ids_of(again) == ["a"], "a released task can be claimed again"

@@ -1,0 +1,373 @@
+"""The policy every store applies the same way, written once: each store calls it.
+
+A store decides *where* tasks live; what an id conflict does, how a new task's dependencies are
+counted, how a finished task settles the tasks waiting on it, and what the errors say are the
+same for every store. These are plain functions over :class:`~timewheel.task.Task` snapshots and
+states, with the store's reads and writes passed in as callbacks, so a store of any kind (in
+memory, SQLite, a server database) can use them inside its own lock or transaction.
+
+* :func:`keep_existing` and :func:`keep_existing_schedule`: what ``on_conflict`` does with an
+  existing id;
+* :func:`count_dependencies`: a new task's unmet count, or the terminal state it starts in;
+* :func:`settle`: the transitive effect of a task's end on the tasks that wait on it;
+* :func:`as_inserted`: the snapshot an insert stores;
+* the functions that build the errors, so every store says the same thing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from timewheel import validate
+from timewheel.errors import (
+    DuplicateKeyError,
+    InvalidScheduleError,
+    StoreError,
+    TaskNotFoundError,
+    VersionConflictError,
+)
+from timewheel.task import (
+    TERMINAL_STATES,
+    WHEN_VALUES,
+    ScheduleRecord,
+    Task,
+    TaskState,
+    dependency_effect,
+)
+
+__all__ = [
+    "CANCELLABLE_STATES",
+    "ON_CONFLICT_VALUES",
+    "REPORTED_FAILURES",
+    "SCHEDULE_GONE",
+    "DependencyCount",
+    "as_inserted",
+    "check_on_conflict",
+    "check_schedule",
+    "check_schedule_changes",
+    "check_task",
+    "closed",
+    "count_dependencies",
+    "dependencies_in_batch",
+    "duplicate_in_batch",
+    "duplicate_task",
+    "existing_in_batch",
+    "histogram",
+    "histogram_buckets",
+    "keep_existing",
+    "keep_existing_schedule",
+    "missing_upstream",
+    "schedule_not_found",
+    "schedule_version_conflict",
+    "settle",
+    "task_exists",
+    "task_not_found",
+    "version_conflict",
+]
+
+_PENDING = TaskState.PENDING
+
+ON_CONFLICT_VALUES = ("error", "keep", "replace")
+"""What ``insert(on_conflict=)`` and ``put_schedule(on_conflict=)`` accept."""
+CANCELLABLE_STATES = frozenset({TaskState.PENDING, TaskState.READY})
+"""The states a schedule's instances are cancelled from when it is replaced or deleted."""
+SCHEDULE_GONE = "its schedule was replaced or deleted"
+"""The ``error`` of an instance cancelled because its schedule was replaced or deleted."""
+REPORTED_FAILURES = (TaskState.FAILED, TaskState.TIMED_OUT, TaskState.UPSTREAM_FAILED)
+"""The states ``recent_failures`` reports."""
+
+
+# -- inserts ---------------------------------------------------------------------------------------
+def check_on_conflict(on_conflict: object) -> None:
+    """Raise ``InvalidScheduleError`` unless *on_conflict* is one of :data:`ON_CONFLICT_VALUES`."""
+    if on_conflict not in ON_CONFLICT_VALUES:
+        raise InvalidScheduleError(
+            f"on_conflict must be 'error', 'keep' or 'replace' (got {on_conflict!r})"
+        )
+
+
+def check_task(task: Task) -> None:
+    """Raise ``InvalidScheduleError`` for a task no store keeps: an empty id, an unknown ``when``."""
+    if not isinstance(task.id, str) or not task.id:
+        raise InvalidScheduleError(f"a task id must be a non-empty str (got {task.id!r})")
+    if task.when not in WHEN_VALUES:
+        raise InvalidScheduleError(
+            f"when must be 'all_success', 'all_done' or 'any_failed' (got {task.when!r})"
+        )
+
+
+def keep_existing(task_id: str, existing: TaskState, on_conflict: str) -> bool:
+    """What an insert of *task_id* does when a task in state *existing* has that id.
+
+    Returns True to keep the existing task unchanged (``"keep"``), False to replace it
+    (``"replace"`` of a task that is not running).
+
+    Raises:
+        DuplicateKeyError: ``on_conflict="error"``.
+        VersionConflictError: ``"replace"`` of a RUNNING task (a run cannot be taken back).
+    """
+    if on_conflict == "keep":
+        return True
+    if on_conflict == "error":
+        raise duplicate_task(task_id, existing)
+    if existing is TaskState.RUNNING:
+        raise VersionConflictError(
+            f"task {task_id!r} is running and cannot be replaced; wait for it or schedule under "
+            "another id"
+        )
+    return False
+
+
+def keep_existing_schedule(schedule_id: str, on_conflict: str) -> bool:
+    """What ``put_schedule`` does with an existing schedule: True keeps it, False replaces it.
+
+    Raises:
+        DuplicateKeyError: ``on_conflict="error"``.
+    """
+    if on_conflict == "keep":
+        return True
+    if on_conflict == "error":
+        raise DuplicateKeyError(
+            f"a schedule with id {schedule_id!r} already exists; pass on_conflict='replace' or "
+            "'keep', or choose another id"
+        )
+    return False
+
+
+def as_inserted(task: Task, *, version: int = 0) -> Task:
+    """The snapshot an insert stores for *task*: PENDING at *version*, no lease, no error.
+
+    ``updated`` is set to ``created``, and ``unmet`` to 0 (:func:`count_dependencies` sets it
+    for a task with dependencies).
+    """
+    if (
+        task.state is _PENDING
+        and task.version == version
+        and task.updated == task.created
+        and task.unmet == 0
+        and task.error is None
+        and task.lease_owner is None
+        and task.lease_expires is None
+    ):
+        return task  # the common case: already as an insert leaves it
+    return task.evolve(
+        state=_PENDING,
+        version=version,
+        updated=task.created,
+        unmet=0,
+        error=None,
+        lease_owner=None,
+        lease_expires=None,
+    )
+
+
+# -- dependencies ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DependencyCount:
+    """Where a new task with dependencies starts (see :func:`count_dependencies`).
+
+    Attributes:
+        state: PENDING, or the terminal state it starts in when its condition can no longer hold.
+        unmet: how many upstream tasks it still waits for.
+        error: why it starts terminal, if it does.
+        waits_on: the upstream ids whose end it waits for (record these edges); empty when the
+            task starts terminal or waits for nothing.
+    """
+
+    state: TaskState
+    unmet: int
+    error: str | None
+    waits_on: tuple[str, ...]
+
+    def apply(self, task: Task) -> Task:
+        """*task* with this state, count and error."""
+        return task.evolve(state=self.state, unmet=self.unmet, error=self.error)
+
+
+def count_dependencies(task: Task, state_of: Callable[[str], TaskState | None]) -> DependencyCount:
+    """Count *task*'s unmet dependencies from the current states of its upstream tasks.
+
+    Args:
+        task: the task being inserted; ``task.after`` lists its upstream ids (repeats ignored).
+        state_of: the store's read of an upstream task's state, ``None`` when it does not exist.
+
+    Upstream tasks that already ended count at once: a success counts down (``all_success``),
+    any end counts down (``all_done``), a failure releases an ``any_failed`` task; a task whose
+    condition can no longer hold starts in its terminal state.
+
+    Raises:
+        TaskNotFoundError: an upstream id does not exist.
+    """
+    ups: list[tuple[str, TaskState]] = []
+    for up_id in dict.fromkeys(task.after):
+        state = state_of(up_id)
+        if state is None:
+            raise missing_upstream(task.id, up_id)
+        ups.append((up_id, state))
+    unmet = len(ups)
+    terminal: TaskState | None = None
+    error: str | None = None
+    for _, state in ups:
+        # unmet == 0 with no terminal state: already released (any_failed), stop counting
+        if state in TERMINAL_STATES and terminal is None and unmet > 0:
+            unmet, terminal, error = dependency_effect(task.when, state, unmet)
+    if terminal is not None:
+        return DependencyCount(terminal, unmet, error, ())
+    unmet = max(unmet, 0)
+    waits_on = tuple(u for u, s in ups if s not in TERMINAL_STATES) if unmet > 0 else ()
+    return DependencyCount(_PENDING, unmet, None, waits_on)
+
+
+def settle(
+    upstream_id: str,
+    upstream_state: TaskState,
+    now: float,
+    *,
+    take_dependents: Callable[[str], Iterable[Task]],
+    save: Callable[[Task, Task], None],
+) -> tuple[Task, ...]:
+    """Apply a terminal upstream's effect to the tasks waiting on it, transitively.
+
+    Args:
+        upstream_id, upstream_state: the task that ended, and how.
+        now: the instant of the change (the dependents' new ``updated``).
+        take_dependents: the store's read of the tasks waiting on an id; it also forgets that
+            they wait on it (each edge is followed once).
+        save: the store's write of a dependent's new snapshot in place of the old one (a
+            compare-and-swap on the old version, inside the caller's lock or transaction).
+
+    Returns:
+        The dependents changed, in the order they changed: each either counted down (``unmet``
+        lower, still PENDING) or moved to a terminal state, whose own dependents follow.
+    """
+    out: list[Task] = []
+    stack = [(upstream_id, upstream_state)]
+    while stack:
+        up_id, up_state = stack.pop()
+        for dep in take_dependents(up_id):
+            if dep.state is not _PENDING or dep.unmet <= 0:
+                continue
+            unmet, terminal, error = dependency_effect(dep.when, up_state, dep.unmet)
+            if terminal is not None:
+                new = dep.evolve(
+                    state=terminal, version=dep.version + 1, unmet=unmet, error=error, updated=now
+                )
+                stack.append((dep.id, terminal))
+            else:
+                new = dep.evolve(unmet=unmet, version=dep.version + 1, updated=now)
+            save(dep, new)
+            out.append(new)
+    return tuple(out)
+
+
+# -- schedules ---------------------------------------------------------------------------------------
+def check_schedule(record: ScheduleRecord) -> None:
+    """Raise ``InvalidScheduleError`` for a schedule no store keeps: an empty id."""
+    if not isinstance(record.id, str) or not record.id:
+        raise InvalidScheduleError(f"a schedule id must be a non-empty str (got {record.id!r})")
+
+
+def check_schedule_changes(changes: Mapping[str, Any]) -> None:
+    """Raise ``TypeError`` when ``update_schedule`` is asked to change ``id`` or ``version``."""
+    if "id" in changes or "version" in changes:
+        raise TypeError("update_schedule cannot change id or version")
+
+
+# -- inspection --------------------------------------------------------------------------------------
+def histogram_buckets(horizon: float, bucket: float) -> int:
+    """The number of buckets of ``due_histogram(horizon=, bucket=)``, after checking both.
+
+    Raises:
+        InvalidScheduleError: either is not a positive, finite number of seconds.
+    """
+    validate.seconds(horizon, "horizon", above=0, timedelta_ok=False)
+    validate.seconds(bucket, "bucket", above=0, timedelta_ok=False)
+    return math.ceil(horizon / bucket)
+
+
+def histogram(now: float, bucket: float, counts: Iterable[int]) -> list[tuple[float, int]]:
+    """``due_histogram``'s answer: ``(bucket_start, n)`` for each bucket's count, from *now*."""
+    return [(now + b * bucket, n) for b, n in enumerate(counts)]
+
+
+# -- messages ------------------------------------------------------------------------------------------
+def _in(where: str | None) -> str:
+    return f" in {where!r}" if where else ""
+
+
+def task_not_found(task_id: str, where: str | None = None) -> TaskNotFoundError:
+    """No task *task_id* (in the store at *where*, when the store has a location)."""
+    return TaskNotFoundError(f"no task with id {task_id!r}{_in(where)}")
+
+
+def schedule_not_found(schedule_id: str, where: str | None = None) -> TaskNotFoundError:
+    """No schedule *schedule_id*."""
+    return TaskNotFoundError(f"no schedule with id {schedule_id!r}{_in(where)}")
+
+
+def duplicate_task(task_id: str, existing: TaskState) -> DuplicateKeyError:
+    """An insert with ``on_conflict="error"`` met a task with the same id."""
+    return DuplicateKeyError(
+        f"a task with id {task_id!r} already exists (state {existing.value}); pass "
+        "on_conflict='keep' or 'replace', or choose another id"
+    )
+
+
+def task_exists(task_id: str) -> DuplicateKeyError:
+    """An insert that has no ``on_conflict`` choice met a task with the same id."""
+    return DuplicateKeyError(f"a task with id {task_id!r} already exists; choose another id")
+
+
+def duplicate_in_batch(task_id: str) -> DuplicateKeyError:
+    """``insert_many`` was given the same id twice."""
+    return DuplicateKeyError(f"task id {task_id!r} appears twice in insert_many; none inserted")
+
+
+def existing_in_batch(task_id: str, size: int) -> DuplicateKeyError:
+    """``insert_many`` was given an id that exists already."""
+    return DuplicateKeyError(
+        f"a task with id {task_id!r} already exists; none of the {size} tasks were inserted"
+    )
+
+
+def dependencies_in_batch(task_id: str) -> InvalidScheduleError:
+    """``insert_many`` was given a task with dependencies."""
+    return InvalidScheduleError(
+        f"insert_many does not take dependencies (task {task_id!r}); use insert()"
+    )
+
+
+def missing_upstream(task_id: str, upstream_id: str) -> TaskNotFoundError:
+    """A new task depends on a task that does not exist."""
+    return TaskNotFoundError(
+        f"task {task_id!r} depends on {upstream_id!r}, which does not exist; schedule the "
+        "upstream task first"
+    )
+
+
+def version_conflict(
+    task_id: str, version: int, state: TaskState, expected: int
+) -> VersionConflictError:
+    """A compare-and-swap on a task expected *expected* and found *version* in *state*."""
+    return VersionConflictError(
+        f"task {task_id!r} is at version {version} ({state.value}), not {expected}: another "
+        "actor changed it first; re-read and decide again"
+    )
+
+
+def schedule_version_conflict(
+    schedule_id: str, version: int, expected: int
+) -> VersionConflictError:
+    """A compare-and-swap on a schedule expected *expected* and found *version*."""
+    return VersionConflictError(
+        f"schedule {schedule_id!r} is at version {version}, not {expected}: another actor "
+        "changed it first; re-read and decide again"
+    )
+
+
+def closed(store: str) -> StoreError:
+    """A change was asked of a closed store (*store* names it, e.g. its repr)."""
+    return StoreError(f"{store} is closed and refuses changes; open a new store")

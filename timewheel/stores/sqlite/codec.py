@@ -1,0 +1,374 @@
+"""How tasks and schedules become table rows and back, driven by one table of columns each.
+
+:data:`TASKS` and :data:`SCHEDULES` list their table's columns in order, each with the record
+field it holds and how a value converts; the ``SELECT`` and ``INSERT`` statements, the row
+positions and the decoders all derive from that one list, so the column order is written once.
+
+Encoding
+--------
+Instants (``due``, ``lease_expires``, ``created``, ``updated``) are **UTC epoch integers in
+microseconds**: exact comparisons and ordering in SQL with no float surprises, readable with
+``datetime(due / 1e6, 'unixepoch')``, and 64-bit range to the year 294,000. A float due time keeps
+its value to the microsecond (round to nearest), far finer than the wheel's 1 ms tick.
+``timeout`` is a duration (REAL seconds). ``func`` is a reference string (``timewheel.refs``);
+``args``/``kwargs``/``extra``/``after`` are JSON; ``retry`` is :meth:`Retry.to_spec` as JSON
+(NULL for the default policy); a ``result`` is JSON, or its ``repr`` marked by
+``result_repr = 1`` (read back as :class:`timewheel.refs.ResultRepr`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from timewheel import refs
+from timewheel.errors import InvalidScheduleError, SerializationError
+from timewheel.task import EMPTY_KWARGS, NO_RETRY, Retry, ScheduleRecord, Task, TaskState
+
+__all__ = [
+    "SCHEDULES",
+    "TASKS",
+    "Column",
+    "Row",
+    "RowCodec",
+    "from_us",
+    "to_us",
+    "to_us_optional",
+]
+
+Row = tuple[Any, ...]
+R = TypeVar("R", Task, ScheduleRecord)
+
+_STATES = {s.value: s for s in TaskState}
+_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+
+
+# -- values ----------------------------------------------------------------------------------------
+def to_us(t: float) -> int:
+    """Epoch seconds as integer microseconds (round to nearest).
+
+    Raises:
+        InvalidScheduleError: *t* is not a finite number.
+    """
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
+        raise InvalidScheduleError(f"a time must be finite epoch seconds (got {t!r})")
+    return round(t * 1_000_000)
+
+
+def to_us_optional(t: float | None) -> int | None:
+    """:func:`to_us`, with ``None`` kept."""
+    return None if t is None else to_us(t)
+
+
+def from_us(us: int) -> float:
+    """Integer microseconds as epoch seconds."""
+    return us / 1_000_000
+
+
+# ``us / 1e6`` as a C-level call: decoding runs it for every instant of every row read
+_from_us_fast: Callable[[int], float] = (1_000_000.0).__rtruediv__
+
+
+def _from_us_optional(us: int | None) -> float | None:
+    return None if us is None else us / 1_000_000
+
+
+def _enc_args(args: Sequence[Any]) -> str:
+    refs.check_json(args, EMPTY_KWARGS)
+    return _dumps(list(args)) if args else "[]"
+
+
+def _dec_args(s: str) -> tuple[Any, ...]:
+    return () if s == "[]" else tuple(json.loads(s))
+
+
+def _enc_kwargs(kwargs: Mapping[str, Any]) -> str:
+    refs.check_json((), kwargs)
+    return _dumps(dict(kwargs)) if kwargs else "{}"
+
+
+def _dec_kwargs(s: str) -> Mapping[str, Any]:
+    kwargs: Mapping[str, Any] = EMPTY_KWARGS if s == "{}" else json.loads(s)
+    return kwargs
+
+
+def _enc_retry(r: Retry) -> str | None:
+    if not isinstance(r, Retry):
+        raise SerializationError(f"retry must be a timewheel.Retry (got {r!r})")
+    return None if r == NO_RETRY else _dumps(r.to_spec())
+
+
+@functools.lru_cache(maxsize=256)
+def _retry_from_json(s: str) -> Retry:
+    return Retry.from_spec(json.loads(s))
+
+
+def _dec_retry(s: str | None) -> Retry:
+    return NO_RETRY if s is None else _retry_from_json(s)
+
+
+def _enc_result(v: Any) -> tuple[str | None, int]:
+    if v is None:
+        return None, 0
+    if isinstance(v, refs.ResultRepr):
+        return str(v), 1
+    try:
+        return _dumps(v), 0
+    except (TypeError, ValueError):
+        return repr(v), 1
+
+
+def _dec_result(s: str | None, is_repr: int) -> Any:
+    if s is None:
+        return None
+    return refs.ResultRepr(s) if is_repr else json.loads(s)
+
+
+def _enc_extra(v: Mapping[str, Any]) -> str | None:
+    if not v:
+        return None
+    refs.check_json_value(dict(v), "extra")
+    return _dumps(dict(v))
+
+
+def _dec_extra(s: str | None) -> Mapping[str, Any]:
+    extra: Mapping[str, Any] = EMPTY_KWARGS if s is None else json.loads(s)
+    return extra
+
+
+def _enc_after(v: Sequence[str]) -> str | None:
+    return _dumps(list(v)) if v else None
+
+
+def _dec_after(s: str | None) -> tuple[str, ...]:
+    return () if s is None else tuple(json.loads(s))
+
+
+def _enc_timeout(v: float | None) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InvalidScheduleError(f"timeout must be seconds or None (got {v!r})")
+    return float(v)
+
+
+def _enc_flag(v: object) -> int:
+    return int(bool(v))
+
+
+def _json_object(what: str) -> Callable[[Mapping[str, Any]], str]:
+    def encode(v: Mapping[str, Any]) -> str:
+        try:
+            return _dumps(dict(v))
+        except (TypeError, ValueError) as e:
+            raise SerializationError(f"{what} cannot be stored as JSON: {e}") from None
+
+    return encode
+
+
+def _int(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InvalidScheduleError(f"{name} must be an int (got {v!r})")
+
+
+def _text_or_none(name: str, v: Any) -> None:
+    if v is not None and not isinstance(v, str):
+        raise InvalidScheduleError(f"{name} must be a str or None (got {v!r})")
+
+
+def _text(name: str, v: Any) -> None:
+    if not isinstance(v, str):
+        raise InvalidScheduleError(f"{name} must be a str (got {v!r})")
+
+
+# -- the column tables ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One field of a record and the table column(s) that hold it.
+
+    Attributes:
+        name: the SQL column.
+        field: the record field it holds.
+        encode: field value -> SQL value (``None``: stored as is). With *spans*, it returns one
+            value per column.
+        decode: SQL value -> field value (``None``: read as is). With *spans*, it takes one
+            argument per column.
+        spans: further SQL columns, right after *name*, that the same field fills.
+        changeable: whether a transition may set the field (the store manages the others).
+        check: validates a value a transition sets, before it is encoded.
+    """
+
+    name: str
+    field: str
+    encode: Callable[[Any], Any] | None = None
+    decode: Callable[..., Any] | None = None
+    spans: tuple[str, ...] = ()
+    changeable: bool = True
+    check: Callable[[str, Any], None] | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The SQL columns of the field, in order."""
+        return (self.name, *self.spans)
+
+
+class RowCodec(Generic[R]):
+    """Rows of one table to records and back, from its list of :class:`Column`.
+
+    Attributes:
+        table: the table's name.
+        names: the SQL columns in row order.
+        position: SQL column name -> its index in a row.
+        select: ``SELECT <every column> FROM <table>``.
+        insert: ``INSERT INTO <table> (<every column>) VALUES (?, ...)``.
+    """
+
+    def __init__(
+        self, table: str, kind: str, build: Callable[..., R], columns: Sequence[Column]
+    ) -> None:
+        self.table = table
+        self.kind = kind
+        self.columns = tuple(columns)
+        self.names = tuple(n for c in self.columns for n in c.names)
+        self.position = {n: i for i, n in enumerate(self.names)}
+        self.select = f"SELECT {', '.join(self.names)} FROM {table}"
+        self.insert = f"INSERT INTO {table} ({', '.join(self.names)}) VALUES ({', '.join('?' * len(self.names))})"
+        self._build: Callable[..., R] = build
+        self._by_field = {c.field: c for c in self.columns}
+        self._plain = [(c.field, self.position[c.name]) for c in self.columns if c.decode is None]
+        self._converted = [
+            (c.field, self.position[c.name], c.decode)
+            for c in self.columns
+            if c.decode is not None and not c.spans
+        ]
+        self._spanning = [
+            (c.field, self.position[c.name], len(c.names), c.decode)
+            for c in self.columns
+            if c.decode is not None and c.spans
+        ]
+
+    def encode(self, record: R) -> list[Any]:
+        """The row that holds *record*.
+
+        Raises:
+            SerializationError: a value cannot be stored (the message names the record).
+            InvalidScheduleError: a time is not finite, or a value has the wrong type.
+        """
+        row: list[Any] = []
+        try:
+            for c in self.columns:
+                v = getattr(record, c.field)
+                if c.encode is None:
+                    row.append(v)
+                elif c.spans:
+                    row.extend(c.encode(v))
+                else:
+                    row.append(c.encode(v))
+        except SerializationError as e:
+            raise SerializationError(f"{self.kind} {record.id!r}: {e}") from None
+        return row
+
+    def decode(self, row: Row, changes: Mapping[str, Any] | None = None) -> R:
+        """The record *row* holds, with the fields in *changes* replaced (one constructor call)."""
+        kw = {f: row[i] for f, i in self._plain}
+        for f, i, dec in self._converted:
+            kw[f] = dec(row[i])
+        for f, i, n, dec in self._spanning:
+            kw[f] = dec(*row[i : i + n])
+        if changes:
+            kw.update(changes)
+        return self._build(**kw)
+
+    def encode_changes(
+        self, changes: Mapping[str, Any]
+    ) -> tuple[list[str], list[Any], dict[str, Any]]:
+        """Columns and values for a transition's *changes*, and the changes as a read gives them.
+
+        Raises:
+            TypeError: a field the store manages (id, state, version, updated, the dependency
+                fields) or an unknown field.
+            InvalidScheduleError, SerializationError: a value of the wrong type or not storable.
+        """
+        cols: list[str] = []
+        vals: list[Any] = []
+        stored: dict[str, Any] = {}
+        for k, v in changes.items():
+            c = self._by_field.get(k)
+            if c is None or not c.changeable:
+                raise TypeError(
+                    f"cannot change {k!r} in a transition: the store manages id, state, version, "
+                    "updated and the dependency fields (after, unmet, when)"
+                )
+            if c.check is not None:
+                c.check(k, v)
+            enc = v if c.encode is None else c.encode(v)
+            if c.spans:
+                cols += c.names
+                vals += enc
+                stored[k] = c.decode(*enc) if c.decode is not None else enc
+            else:
+                cols.append(c.name)
+                vals.append(enc)
+                stored[k] = enc if c.decode is None else c.decode(enc)
+        return cols, vals, stored
+
+
+def _enc_state(s: TaskState) -> str:
+    return s.value
+
+
+TASKS: RowCodec[Task] = RowCodec(
+    "tasks",
+    "task",
+    Task,
+    [
+        Column("id", "id", changeable=False),
+        Column("func", "func", encode=refs.func_ref),
+        Column("args", "args", encode=_enc_args, decode=_dec_args),
+        Column("kwargs", "kwargs", encode=_enc_kwargs, decode=_dec_kwargs),
+        Column("due", "due", encode=to_us, decode=_from_us_fast),
+        Column("state", "state", encode=_enc_state, decode=_STATES.__getitem__, changeable=False),
+        Column("version", "version", changeable=False),
+        Column("attempts", "attempts", check=_int),
+        Column("retry", "retry", encode=_enc_retry, decode=_dec_retry),
+        Column("priority", "priority", check=_int),
+        Column("queue", "queue", check=_text),
+        Column("timeout", "timeout", encode=_enc_timeout),
+        Column("lease_owner", "lease_owner", check=_text_or_none),
+        Column("lease_expires", "lease_expires", encode=to_us_optional, decode=_from_us_optional),
+        Column("created", "created", encode=to_us, decode=_from_us_fast),
+        Column("updated", "updated", encode=to_us, decode=_from_us_fast, changeable=False),
+        Column("result", "result", encode=_enc_result, decode=_dec_result, spans=("result_repr",)),
+        Column("error", "error", check=_text_or_none),
+        Column("schedule_id", "schedule_id", check=_text_or_none),
+        Column("after", "after", encode=_enc_after, decode=_dec_after, changeable=False),
+        Column("unmet", "unmet", changeable=False),
+        Column("when_", "when", changeable=False),
+        Column("extra", "extra", encode=_enc_extra, decode=_dec_extra),
+    ],
+)
+"""The ``tasks`` table."""
+
+
+SCHEDULES: RowCodec[ScheduleRecord] = RowCodec(
+    "schedules",
+    "schedule",
+    ScheduleRecord,
+    [
+        Column("id", "id", changeable=False),
+        Column("func", "func", encode=refs.func_ref),
+        Column("args", "args", encode=_enc_args, decode=_dec_args),
+        Column("kwargs", "kwargs", encode=_enc_kwargs, decode=_dec_kwargs),
+        Column("rule", "rule", encode=_json_object("its rule"), decode=json.loads),
+        Column("options", "options", encode=_json_object("its options"), decode=json.loads),
+        Column("paused", "paused", encode=_enc_flag, decode=bool),
+        Column("version", "version", changeable=False),
+        Column("created", "created", encode=to_us, decode=from_us),
+        Column("updated", "updated", encode=to_us, decode=from_us),
+    ],
+)
+"""The ``schedules`` table."""

@@ -1,0 +1,367 @@
+"""Connections to one SQLite file: one per thread and process, their pragmas, and transactions.
+
+* **One connection per thread** (``threading.local``), each with ``busy_timeout`` and the
+  durability's ``synchronous`` pragma, **closed when its thread ends**: the thread's local storage
+  holds the connection through a small holder object whose finalizer closes it, so a store
+  shared by many short-lived threads (successive schedulers, worker pools) keeps one open
+  connection per live thread, not one per thread that ever used it.
+* A connection is **never used across** ``fork()``: a child that inherits the store notices the
+  new pid and opens its own connections. Inherited connections are deliberately leaked, never
+  closed: POSIX locks belong to the process, so closing the child's copy of a descriptor would
+  drop the locks its own new connections hold on the same file.
+* **Every write is one ``BEGIN IMMEDIATE`` transaction** (connections use
+  ``isolation_level=None``), so two writers never both read and then fail to upgrade a lock.
+  Threads of one process also take a process-local lock around writes, so they queue on a mutex
+  instead of on SQLite's sleeping busy handler.
+* SQLite errors become :class:`~timewheel.errors.StoreError` (or
+  :class:`~timewheel.errors.StoreCorruptError`) naming the file and what the store was doing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Literal
+
+from timewheel.errors import StoreCorruptError, StoreError
+
+__all__ = [
+    "JOURNAL_SIZE_LIMIT",
+    "Connections",
+    "Durability",
+    "Mode",
+    "configure",
+    "connect",
+    "is_busy",
+    "is_corrupt",
+    "translate",
+]
+
+log = logging.getLogger("timewheel.stores.sqlite")
+
+Durability = Literal["durable", "fast"]
+Mode = Literal["rwc", "rw", "ro"]
+"""How a connection opens the file: create it if missing, read and write, or read only."""
+
+JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
+"""Bytes the ``-wal`` file is cut back to when a checkpoint lets SQLite start it over.
+
+The WAL grows while a reader keeps a checkpoint from completing (or during a large transaction)
+and, without a limit, keeps its largest size for good. Four times the ~4 MB at which SQLite
+checkpoints by itself: ordinary traffic never pays for truncating and growing it again."""
+
+# Inherited connections after fork(): kept referenced forever so they are never closed (closing
+# would release the child's own POSIX locks on the file). One per thread that used the store.
+_ORPHANS: list[sqlite3.Connection] = []
+
+Row = tuple[Any, ...]
+
+if TYPE_CHECKING:
+    _Closer = weakref.finalize[
+        [weakref.ReferenceType["Connections"], sqlite3.Connection, int], "_ThreadConnection"
+    ]
+
+
+def connect(
+    path: str, *, mode: Mode, busy_timeout: float, immutable: bool = False
+) -> sqlite3.Connection:
+    """A new connection to *path* in *mode*, in autocommit mode, waiting *busy_timeout* for locks.
+
+    *immutable* (read-only mode) tells SQLite that nothing changes the file while it is open, so
+    it reads without locks or the WAL's shared memory.
+
+    Raises:
+        sqlite3.Error: as SQLite reports it (callers translate it).
+    """
+    query = f"mode={mode}&immutable=1" if immutable else f"mode={mode}"
+    conn = sqlite3.connect(
+        f"file:{_quote_path(path)}?{query}",
+        uri=True,
+        isolation_level=None,
+        check_same_thread=False,  # each connection is used by one thread; close() from any
+        timeout=busy_timeout,
+        cached_statements=256,
+    )
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+    return conn
+
+
+def configure(conn: sqlite3.Connection, durability: Durability) -> None:
+    """Set the per-connection pragmas: ``synchronous`` for *durability*, temporary data in memory,
+    and :data:`JOURNAL_SIZE_LIMIT`."""
+    sync = "FULL" if durability == "durable" else "NORMAL"
+    conn.execute(f"PRAGMA synchronous = {sync}")
+    conn.execute("PRAGMA temp_store = MEMORY")
+    conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+
+
+def is_busy(e: sqlite3.Error) -> bool:
+    """True when *e* says another connection holds the lock."""
+    msg = str(e)
+    return "locked" in msg or "busy" in msg
+
+
+def is_corrupt(e: sqlite3.Error) -> bool:
+    """True when *e* says the file is damaged or not a database."""
+    msg = str(e)
+    return isinstance(e, sqlite3.DatabaseError) and any(
+        s in msg for s in ("malformed", "not a database", "corrupt")
+    )
+
+
+def translate(path: str, e: sqlite3.Error, doing: str) -> StoreError:
+    """The :class:`StoreError` for SQLite error *e* met on *path* while *doing*."""
+    msg = str(e)
+    if is_corrupt(e):
+        return StoreCorruptError(
+            f"timewheel store {path!r} is damaged ({msg}) while {doing}; restore a backup, or "
+            "move the file aside and start with an empty store"
+        )
+    if is_busy(e):
+        return StoreError(
+            f"timewheel store {path!r} stayed locked by another connection while {doing} ({msg}); "
+            "a long transaction elsewhere holds it: raise busy_timeout or find the holder"
+        )
+    if "readonly" in msg or "read-only" in msg:
+        return StoreError(
+            f"timewheel store {path!r} is read-only ({msg}) while {doing}; make the file and "
+            "its directory writable"
+        )
+    return StoreError(f"timewheel store {path!r} failed while {doing}: {msg}")
+
+
+class _ThreadConnection:
+    """One thread's connection, held in that thread's local storage.
+
+    When the thread ends its local storage is freed with it, and so is this holder: its
+    finalizer (:func:`_thread_ended`) then closes the connection.
+    """
+
+    __slots__ = ("__weakref__", "conn", "pid")
+
+    def __init__(self, conn: sqlite3.Connection, pid: int) -> None:
+        self.conn = conn
+        self.pid = pid
+
+
+def _thread_ended(
+    owner: weakref.ReferenceType[Connections], conn: sqlite3.Connection, pid: int
+) -> None:
+    """Close the connection of a thread that ended (or whose store was closed)."""
+    if os.getpid() != pid:
+        # A forked child frees the local storage of the parent's other threads: their
+        # connections are the parent's, never closed here (see the module docstring).
+        _ORPHANS.append(conn)
+        return
+    connections = owner()
+    if connections is not None:
+        connections.forget(conn)
+    try:
+        conn.close()
+    except sqlite3.Error:
+        pass  # closing is best effort
+
+
+class Connections:
+    """The connections of one store to its file: one per live thread, opened on first use.
+
+    Args:
+        path: the database file (absolute).
+        mode: how connections open it (``"ro"``: every write is refused before it reaches SQLite).
+        durability: the ``synchronous`` level of every connection.
+        busy_timeout: seconds to wait for another process's write lock.
+        first: the connection that opened the file, used by the calling thread.
+        immutable: open later connections as immutable too (see :func:`connect`).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        mode: Mode,
+        durability: Durability,
+        busy_timeout: float,
+        first: sqlite3.Connection,
+        immutable: bool = False,
+    ) -> None:
+        self.path = path
+        self._immutable = immutable
+        self.read_only = mode == "ro"
+        self._mode: Mode = "ro" if self.read_only else "rw"
+        self._durability: Durability = durability
+        self._busy_timeout = busy_timeout
+        self._busy_pragma = f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}"
+        self._pid = os.getpid()
+        self._local = threading.local()
+        # this process's open connections (their holders' finalizers close them)
+        self._open: dict[int, tuple[sqlite3.Connection, _Closer]] = {}
+        self._meta = threading.Lock()
+        self._write_lock = threading.Lock()
+        self.closed = False
+        self._hold(first, self._pid)
+
+    def __len__(self) -> int:
+        """How many connections this process holds open (one per live thread that used it)."""
+        with self._meta:
+            return len(self._open)
+
+    def _hold(self, conn: sqlite3.Connection, pid: int) -> None:
+        holder = _ThreadConnection(conn, pid)
+        closer = weakref.finalize(holder, _thread_ended, weakref.ref(self), conn, pid)
+        closer.atexit = False  # at exit, sqlite3 closes what is left itself
+        with self._meta:
+            self._open[id(conn)] = (conn, closer)
+        self._local.holder = holder
+
+    def forget(self, conn: sqlite3.Connection) -> None:
+        """Drop *conn* from the open connections (its thread ended; it is being closed)."""
+        with self._meta:
+            self._open.pop(id(conn), None)
+
+    def get(self) -> sqlite3.Connection:
+        """The calling thread's connection, opened on first use (and anew after ``fork()``).
+
+        Raises:
+            StoreError: the store is closed, or the connection cannot be opened.
+        """
+        pid = os.getpid()
+        holder: _ThreadConnection | None = getattr(self._local, "holder", None)
+        if holder is not None and holder.pid == pid:
+            return holder.conn
+        if self.closed:
+            raise StoreError(f"timewheel store {self.path!r} is closed; open a new SQLiteStore")
+        if pid != self._pid:
+            self._after_fork(pid)
+        try:
+            conn = connect(
+                self.path,
+                mode=self._mode,
+                busy_timeout=self._busy_timeout,
+                immutable=self._immutable,
+            )
+            configure(conn, self._durability)
+        except sqlite3.Error as e:
+            raise translate(self.path, e, "opening a connection") from e
+        self._hold(conn, pid)
+        return conn
+
+    def _after_fork(self, pid: int) -> None:
+        # Runs in the child: the parent's connections (and locks) must not be used or closed.
+        for conn, closer in self._open.values():
+            closer.detach()
+            _ORPHANS.append(conn)
+        self._open = {}
+        self._meta = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._pid = pid
+
+    def read(self, sql: str, params: Sequence[Any] = (), doing: str = "reading") -> list[Row]:
+        """Run one query on the calling thread's connection and fetch every row."""
+        try:
+            return self.get().execute(sql, params).fetchall()
+        except sqlite3.Error as e:
+            raise translate(self.path, e, doing) from e
+
+    @contextmanager
+    def transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` write transaction; SQLite errors become StoreError.
+
+        Raises:
+            StoreError: the store is read-only or closed, or SQLite failed (*doing* says where).
+        """
+        if self.read_only:
+            raise StoreError(
+                f"timewheel store {self.path!r} was opened read-only and refuses {doing}; open "
+                "it without read_only=True to change it"
+            )
+        conn = self.get()
+        with self._write_lock:
+            try:
+                self._begin(conn)
+            except sqlite3.Error as e:
+                raise translate(self.path, e, doing) from e
+            try:
+                yield conn
+            except BaseException as e:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # the error already ended the transaction
+                if isinstance(e, sqlite3.Error):
+                    raise translate(self.path, e, doing) from e
+                raise
+            else:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error as e:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                    raise translate(self.path, e, doing) from e
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE``, waiting for another process's write lock at most busy_timeout.
+
+        SQLite's own busy handler sleeps 1, 2, 5, 10 ... 100 ms between attempts, leaving the lock
+        idle while writers that hold it for ~50 us come and go. Here the wait starts at ~20 us
+        and backs off (with jitter) to at most 1 ms, so waiting writers take the lock soon after
+        it is released. The connection's busy_timeout is set to 0 only around this statement.
+        """
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as e:
+                if not is_busy(e):
+                    raise
+            deadline = time.monotonic() + self._busy_timeout
+            delay = 2e-5
+            while True:
+                time.sleep(delay * (0.5 + random.random()))
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as e:
+                    if not is_busy(e) or time.monotonic() >= deadline:
+                        raise
+                delay = min(delay * 1.5, 1e-3)
+        finally:
+            conn.execute(self._busy_pragma)
+
+    def try_checkpoint(self, busy_wait: float) -> None:
+        """``wal_checkpoint(TRUNCATE)`` waiting at most *busy_wait* seconds; skipped if busy."""
+        conn = self.get()
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_wait * 1000)}")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as e:
+            log.debug("checkpoint of %s skipped: %s", self.path, e)
+        finally:
+            conn.execute(self._busy_pragma)
+
+    def close(self) -> None:
+        """Close this process's connections (idempotent); later use raises StoreError."""
+        if self.closed:
+            return
+        self.closed = True
+        if os.getpid() != self._pid:
+            self._after_fork(os.getpid())
+        with self._meta:
+            closers = [closer for _, closer in self._open.values()]
+        for closer in closers:
+            closer()  # closes the connection now; a finalizer runs once
+        self._local = threading.local()
+
+
+def _quote_path(path: str) -> str:
+    # URI-escape the characters that have a meaning in a file: URI
+    return path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
