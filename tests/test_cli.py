@@ -200,7 +200,7 @@ def test_inspect_reads_a_store_it_cannot_write(read_only_dir: Path) -> None:
     before = _sha(db)
     proc = run("inspect", "--store", f"sqlite:///{db}")
     assert proc.returncode == 0, proc.stderr
-    assert "read-only snapshot" in proc.stdout
+    assert "opened read-only" in proc.stdout
     assert "pending          1" in proc.stdout
     assert _sha(db) == before
     assert sorted(p.name for p in read_only_dir.iterdir()) == ["tasks.db"]

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from timewheel.stores.base import SupportsInspection
 from timewheel.version import __version__
@@ -296,71 +296,10 @@ def _check_exists(url: str, path: str, *, create_hint: bool) -> None:
     )
 
 
-def _writable(path: str) -> bool:
-    """Writable by this user, and not write-protected by its mode bits (which SQLiteStore honours
-    even for root)."""
-    import stat
-
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return os.access(path, os.W_OK) and bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-
-
-def _read_only_copy(path: str) -> tuple[str, Callable[[], None]]:
-    """A private snapshot of the SQLite file at *path*, for a store this user can only read.
-
-    ``SQLiteStore`` opens files for writing (it may migrate the schema and keeps WAL files
-    beside the database), so ``inspect`` reads a consistent copy made with SQLite's backup API.
-    """
-    import shutil
-    import sqlite3
-    import tempfile
-
-    tmp = tempfile.mkdtemp(prefix="timewheel-inspect-")
-    copy = os.path.join(tmp, os.path.basename(path))
-
-    def remove() -> None:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-    quoted = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
-    last: sqlite3.Error | None = None
-    # A file closed cleanly has no -wal beside it and is read as it is ("immutable": SQLite
-    # then creates no -wal/-shm files, which a privileged user would leave behind, owned by
-    # them). With a -wal (a live writer, or a crash) the changes in it count: read-only mode,
-    # then "immutable" if SQLite cannot even open its shared-memory index there.
-    live = os.path.exists(path + "-wal")
-    attempts = ("mode=ro", "mode=ro&immutable=1") if live else ("mode=ro&immutable=1",)
-    for options in attempts:
-        try:
-            src = sqlite3.connect(f"file:{quoted}?{options}", uri=True)
-            try:
-                dst = sqlite3.connect(copy)
-                try:
-                    src.backup(dst)
-                finally:
-                    dst.close()
-            finally:
-                src.close()
-        except sqlite3.Error as e:
-            last = e
-            if os.path.exists(copy):
-                os.remove(copy)
-            continue
-        return copy, remove
-    remove()
-    _fail(
-        f"cannot read timewheel store {path!r}: {last}; check that the file is an SQLite "
-        "database you may read"
-    )
-
-
 @dataclass
 class _Opened:
     store: Store
     url: str
-    snapshot: bool = False
     cleanup: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:
@@ -370,34 +309,24 @@ class _Opened:
 
 
 def _open(url: str, *, create: bool = False, read_only_ok: bool = False) -> _Opened:
-    """Open the store *url* names, refusing a missing file unless *create*."""
-    from timewheel.errors import InvalidScheduleError, TimewheelError
+    """Open the store *url* names, refusing a missing file unless *create*; with *read_only_ok*
+    (``inspect``), read-only, so a store the user may only read can be inspected."""
+    from timewheel.errors import StoreConfigError, TimewheelError
     from timewheel.stores import open_store
 
     path = _sqlite_path(url)
-    cleanup: list[Callable[[], None]] = []
-    snapshot = False
-    target = url
+    options: dict[str, bool] = {}
     if path is not None:
         if not create:
             _check_exists(url, path, create_hint=not read_only_ok)
-        writable = _writable(path) and _writable(os.path.dirname(path))
-        if read_only_ok and os.path.isfile(path) and not writable:
-            copy, remove = _read_only_copy(path)
-            cleanup.append(remove)
-            target = "sqlite:///" + quote(copy)
-            snapshot = True
+        options = {"create": create, "read_only": read_only_ok}
     try:
-        store = open_store(target)
-    except InvalidScheduleError as e:
-        for fn in cleanup:
-            fn()
+        store = open_store(url, **options)
+    except StoreConfigError as e:
         _fail(f"{e}", USAGE)
     except TimewheelError as e:
-        for fn in cleanup:
-            fn()
         _fail(f"{e}")
-    return _Opened(store, url, snapshot, cleanup)
+    return _Opened(store, url)
 
 
 # -- worker --------------------------------------------------------------------------------------
@@ -797,8 +726,7 @@ def _collect(opened: _Opened, args: argparse.Namespace, now: float) -> dict[str,
     inspect = _inspection(store)
     counts = store.count_by_state()
     data: dict[str, Any] = {
-        "store": repr(store) if not opened.snapshot else opened.url,
-        "read_only_snapshot": opened.snapshot,
+        "store": repr(store),
         "now": now,
         "counts": {s.value: n for s, n in sorted(counts.items(), key=lambda kv: kv[0].value)},
     }
@@ -866,12 +794,7 @@ def _collect(opened: _Opened, args: argparse.Namespace, now: float) -> dict[str,
 
 
 def _print_report(data: dict[str, Any], out: TextIO) -> None:
-    note = (
-        " (a read-only snapshot: this user cannot write the file)"
-        if data["read_only_snapshot"]
-        else ""
-    )
-    print(f"store: {data['store']}{note}", file=out)
+    print(f"store: {data['store']} (opened read-only: inspect changes nothing)", file=out)
     print("tasks by state:", file=out)
     if not data["counts"]:
         print("  (none)", file=out)

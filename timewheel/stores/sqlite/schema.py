@@ -142,10 +142,16 @@ def open_database(
     """
     exists = _check_path(path, create=create, read_only=read_only)
     mode: Mode = "ro" if read_only else ("rw" if exists else "rwc")
-    immutable = False
+    # A directory write-protected by its mode bits (which even root's SQLite would otherwise write
+    # -wal and -shm files into) and no writer's log: read the file as it is, leaving nothing behind.
+    immutable = (
+        read_only
+        and not os.path.exists(f"{path}-wal")
+        and not _writable(os.path.dirname(os.path.abspath(path)))
+    )
     try:
-        conn = connect(path, mode=mode, busy_timeout=busy_timeout)
-        if read_only and not _readable_in_wal_mode(conn):
+        conn = connect(path, mode=mode, busy_timeout=busy_timeout, immutable=immutable)
+        if read_only and not immutable and not _readable_in_wal_mode(conn):
             conn.close()
             _refuse_unfolded_log(path)
             immutable = True
