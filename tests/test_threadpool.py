@@ -69,17 +69,21 @@ def test_cancels_racing_promotion_and_workers_never_lose_or_double_run() -> None
             for i in range(part, n, 2):
                 jobs[i] = sched.schedule(work, i, delay=(i % 7) / 1000 if i % 3 else 0)
 
+        producing = [threading.Thread(target=producer, args=(p,)) for p in (0, 1)]
+
         def canceller() -> None:
+            # races the producers for as long as they run (however slow the machine), then n more
             rng = random.Random(7)
-            for _ in range(n):
+            tries = 0
+            while tries < n or any(t.is_alive() for t in producing):
+                tries += 1
                 i = rng.randrange(n)
                 job = jobs.get(i)
                 if job is not None and job.cancel():
                     with lock:
                         cancelled.add(i)
 
-        threads = [threading.Thread(target=producer, args=(p,)) for p in (0, 1)]
-        threads.append(threading.Thread(target=canceller))
+        threads = [*producing, threading.Thread(target=canceller)]
         for t in threads:
             t.start()
         for t in threads:
