@@ -84,6 +84,14 @@ def in_reloader_watcher() -> bool:
     return "--debug" in args or (bool(debug) and debug.lower() not in ("0", "false", "no"))
 
 
+def _shutdown(ref: weakref.ref[Scheduler]) -> None:
+    """At interpreter exit: stop the scheduler if it still exists (an application built by a
+    test and dropped does not stay alive for this)."""
+    sched = ref()
+    if sched is not None:
+        sched.shutdown()
+
+
 class Timewheel:
     """The Flask extension: ``Timewheel(app)`` or ``tw = Timewheel(); tw.init_app(app)``.
 
@@ -134,7 +142,7 @@ class Timewheel:
             sched.include(self.registry)
         if start:
             sched.start()
-            atexit.register(sched.shutdown)
+            atexit.register(_shutdown, weakref.ref(sched))
         return sched
 
     @property
