@@ -1,7 +1,9 @@
 """The module-level default scheduler: ``timewheel.schedule(...)`` without building one.
 
 The process-wide :class:`~timewheel.scheduler.Scheduler` (memory store, system clock, thread-pool
-workers) starts on first use and shuts down, waiting for running tasks, at interpreter exit.
+workers) starts on first use and shuts down, waiting for running tasks, at interpreter exit. A
+process made by ``fork()`` starts its own on first use: the parent's (and its tasks) stay with the
+parent.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from timewheel import forking
 from timewheel.jobs import Job, Step
 from timewheel.scheduler import Scheduler
 
@@ -23,9 +26,20 @@ _default: Scheduler | None = None
 _default_lock = threading.Lock()
 
 
+def _forget_parents() -> None:
+    """In a forked child: the parent's default scheduler stays the parent's; this process makes
+    its own on first use (the lock is new: a parent thread may have held it at the fork)."""
+    global _default, _default_lock
+    _default = None
+    _default_lock = threading.Lock()
+
+
+forking.after_fork_in_child(_forget_parents)
+
+
 def default_scheduler() -> Scheduler:
     """The process-wide scheduler behind :func:`timewheel.schedule`, started on first use and shut
-    down (waiting for running tasks) at interpreter exit."""
+    down (waiting for running tasks) at interpreter exit. A forked process starts its own."""
     global _default
     with _default_lock:
         if _default is None or not _default.running:

@@ -42,9 +42,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
-from timewheel import refs
+from timewheel import forking, refs
 from timewheel.clock import Clock, DrivingClock, SystemClock, to_datetime, to_timestamp
 from timewheel.errors import (
+    InheritedAcrossForkError,
     InvalidScheduleError,
     InvalidTransitionError,
     SchedulerStateError,
@@ -255,7 +256,9 @@ class DelayQueue(Generic[T]):
         self._n_put = self._n_taken = self._n_cancelled = 0
         self._shutdown = False
         self._discarded = False
-        self._owner = f"delayqueue:{name}@{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._pid = os.getpid()
+        self._owner = f"delayqueue:{name}@{self._pid}:{uuid.uuid4().hex[:8]}"
+        self._inherited: tuple[int, int] | None = None  # (parent pid, items) in a refused copy
         start = 1
         if store is not None:
             start = self._reload(store)
@@ -266,6 +269,7 @@ class DelayQueue(Generic[T]):
         if isinstance(self._clock, DrivingClock):
             self._driver = _QueueDriver(self)
             self._clock.attach(self._driver)
+        forking.after_fork_in_child(self._after_fork)
 
     # -- putting ------------------------------------------------------------------------------
     def put(
@@ -317,6 +321,8 @@ class DelayQueue(Generic[T]):
                     "use a DelayQueue without a durable store"
                 ) from None
         tmo = _timeout(timeout) if block else None
+        if self._inherited is not None:
+            raise self._fork_error()
         with self._lock:
             if self._shutdown:
                 raise self._shut_error("put")
@@ -428,6 +434,8 @@ class DelayQueue(Generic[T]):
         """
         tmo = _timeout(timeout) if block else None
         clock = self._clock
+        if self._inherited is not None:
+            raise self._fork_error()
         with self._lock:
             deadline = self._start_timeout(tmo) if block else None
             try:
@@ -557,6 +565,8 @@ class DelayQueue(Generic[T]):
 
         A due item comes first (the ready items are all due no later than any pending one).
         """
+        if self._inherited is not None:
+            raise self._fork_error()
         with self._lock:
             self._advance(self._clock.time())
             if self._nready:
@@ -568,6 +578,8 @@ class DelayQueue(Generic[T]):
 
     def ready_count(self) -> int:
         """How many items are due now (and not yet taken)."""
+        if self._inherited is not None:
+            raise self._fork_error()
         with self._lock:
             self._advance(self._clock.time())
             return self._nready
@@ -612,6 +624,8 @@ class DelayQueue(Generic[T]):
         cancelled before, or its row was changed by another process (it is then dropped here).
         """
         item_id = token.id if isinstance(token, DelayToken) else token
+        if self._inherited is not None:
+            raise self._fork_error()
         with self._lock:
             entry = self._entries.get(item_id)
             if entry is None:
@@ -690,6 +704,36 @@ class DelayQueue(Generic[T]):
         return QueueShutDownError(
             f"DelayQueue {self.name!r} was shut down and {left} ({len(self._entries)} not yet "
             "due are left: cancel them, or reopen the queue to receive them)"
+        )
+
+    # -- fork() -------------------------------------------------------------------------------
+    def _after_fork(self) -> None:
+        """In a child made by ``fork()``, before anything else runs there (one thread).
+
+        The parent's blocked ``get``/``put`` calls are not in this process, and one of its threads
+        may have held the lock at the fork: the lock, conditions and waiter counts start anew.
+        With a durable store the items stay: each is claimed from the store, so each is taken
+        once, here or in the parent. Without one, items held at the fork are the parent's.
+        """
+        self._lock = threading.Lock()
+        self._not_empty = threading.Condition(self._lock)
+        self._not_full = threading.Condition(self._lock)
+        self._getters = self._putters = 0
+        self._timeouts = set()
+        parent, self._pid = self._pid, os.getpid()
+        self._owner = f"delayqueue:{self.name}@{self._pid}:{uuid.uuid4().hex[:8]}"
+        if self._entries and not self._durable and self._inherited is None:
+            self._inherited = (parent, len(self._entries))
+
+    def _fork_error(self) -> InheritedAcrossForkError:
+        parent, items = self._inherited or (0, 0)
+        return InheritedAcrossForkError(
+            f"DelayQueue {self.name!r} held {items} items when process {parent} made process "
+            f"{os.getpid()} by fork(); they are the parent's to deliver (taking them here too "
+            "would deliver each twice), so this copy refuses to be used. Create the DelayQueue "
+            "after the fork, in the process that uses it, or give it a durable store "
+            "(SQLiteStore), whose items each process may take, each once. The parent's queue is "
+            "unaffected"
         )
 
     # -- time ---------------------------------------------------------------------------------

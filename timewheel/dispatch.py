@@ -450,7 +450,8 @@ class ThreadPoolDispatcher:
         self.workers = workers
         self.queues: Sequence[str] | None = None if queues is None else tuple(queues)
         self.claim_batch = claim_batch
-        self._heartbeat = heartbeat
+        #: seconds between lease extensions as given (None: a third of the engine's lease)
+        self.heartbeat = heartbeat
         self._engine: Engine | None = None
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -582,7 +583,7 @@ class ThreadPoolDispatcher:
         engine = self._engine
         assert engine is not None
         clock = engine.clock
-        interval = self._heartbeat or max(0.01, engine.lease / 3)
+        interval = self.heartbeat or max(0.01, engine.lease / 3)
         deadline = clock.monotonic() + interval
         while not self._stop.is_set():
             with self._hb_cond:

@@ -12,6 +12,7 @@ callers may catch either::
     ├── InvalidTransitionError    (ValueError)     a state change the transition table forbids
     ├── VersionConflictError      (RuntimeError)   a compare-and-swap lost: someone else won
     ├── SchedulerStateError       (RuntimeError)   call not allowed in the scheduler's state
+    │   └── InheritedAcrossForkError                a scheduler or queue copied into a fork() child
     ├── SerializationError        (TypeError)      function/arguments a durable store can't keep
     ├── JobCancelledError         (CancelledError) result() of a cancelled job
     ├── JobTimeoutError           (TimeoutError)   result(timeout=) ran out
@@ -29,6 +30,7 @@ import concurrent.futures
 
 __all__ = [
     "DuplicateKeyError",
+    "InheritedAcrossForkError",
     "InvalidScheduleError",
     "InvalidTransitionError",
     "InvalidTypeError",
@@ -84,6 +86,16 @@ class VersionConflictError(TimewheelError, RuntimeError):
 
 class SchedulerStateError(TimewheelError, RuntimeError):
     """The call is not allowed in the scheduler's current state (e.g. after shutdown)."""
+
+
+class InheritedAcrossForkError(SchedulerStateError):
+    """The object was copied into this process by ``fork()`` and cannot be used here.
+
+    Raised by a :class:`~timewheel.Scheduler` with a memory store that was started before the
+    fork (its threads are not in this process, and its tasks are the parent's), and by a
+    memory-backed :class:`~timewheel.DelayQueue` that held items at the fork. The message names
+    the parent process and the ways out; the parent's object keeps working.
+    """
 
 
 class SerializationError(TimewheelError, TypeError):

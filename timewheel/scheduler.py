@@ -19,9 +19,19 @@ from typing import Any, Literal, TypeVar, overload
 
 from typing_extensions import Unpack
 
+from timewheel import forking
 from timewheel.clock import Clock, DrivingClock, SystemClock, to_datetime
-from timewheel.dispatch import Dispatcher, InlineDispatcher, ThreadPoolDispatcher
-from timewheel.errors import InvalidScheduleError, SchedulerStateError
+from timewheel.dispatch import (
+    Dispatcher,
+    InlineDispatcher,
+    NullDispatcher,
+    ThreadPoolDispatcher,
+)
+from timewheel.errors import (
+    InheritedAcrossForkError,
+    InvalidScheduleError,
+    SchedulerStateError,
+)
 from timewheel.events import EVENTS, Event
 from timewheel.jobs import Job, Step, TaskFunction, step
 from timewheel.loop import TriggerLoop
@@ -58,6 +68,11 @@ __all__ = [
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _id_maker() -> Callable[[], str]:
+    """Generated task ids: ``"<6 random hex digits>-<a counter in hex>"``, made in C."""
+    return map(f"{os.urandom(3).hex()}-%x".__mod__, itertools.count(1)).__next__
 
 
 class Scheduler:
@@ -112,41 +127,27 @@ class Scheduler:
     ) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._store: Store = store if store is not None else MemoryStore()
-        self._dispatcher: Dispatcher = (
-            dispatcher if dispatcher is not None else ThreadPoolDispatcher()
-        )
         resolve_zone(timezone)  # an unknown zone is refused here, not at the first cron
         self.timezone = timezone
         self._fake = isinstance(self._clock, DrivingClock)
-        self._runtime = Runtime(
-            self._store,
-            self._clock,
-            lease=seconds(lease, "lease", above=0, timedelta_ok=False),
-            ready_capacity=count(ready_capacity, "ready_capacity"),
-            timezone=timezone,
-            served=self._dispatcher.queues,
-            tick=tick,
-            horizon=seconds(horizon, "horizon", above=0, timedelta_ok=False),
-            max_lease_recoveries=count(max_lease_recoveries, "max_lease_recoveries", minimum=0),
-            batch=count(batch, "batch"),
+        # what a Runtime is built from: kept, so a process forked from this one can build its own
+        self._runtime_options: dict[str, Any] = {
+            "lease": seconds(lease, "lease", above=0, timedelta_ok=False),
+            "ready_capacity": count(ready_capacity, "ready_capacity"),
+            "timezone": timezone,
+            "tick": tick,
+            "horizon": seconds(horizon, "horizon", above=0, timedelta_ok=False),
+            "max_lease_recoveries": count(max_lease_recoveries, "max_lease_recoveries", minimum=0),
+            "batch": count(batch, "batch"),
             # other processes may write a durable store; on a fake clock nothing else runs
-            poll_interval=(
+            "poll_interval": (
                 None if self._fake else seconds(poll_interval, "poll_interval", above=0)
             ),
-            allow=allow if allow is None or isinstance(allow, Allowlist) else Allowlist(allow),
-        )
-        self._trigger = self._runtime.trigger
-        self._events = self._runtime.events
-        self._trigger.on_ready = self._dispatcher.wakeup
-        self._lock = threading.Lock()
-        self._state: Literal["created", "running", "stopped"] = "created"
-        self._inline = isinstance(self._dispatcher, InlineDispatcher)
-        self._loop: TriggerLoop | None = None
-        self._driver = ClockDriver(self._runtime, self._dispatcher)
-        # generated task ids: "<6 random hex digits>-<a counter in hex>", made in C
-        self._new_id: Callable[[], str] = map(
-            f"{os.urandom(3).hex()}-%x".__mod__, itertools.count(1)
-        ).__next__
+            "allow": allow if allow is None or isinstance(allow, Allowlist) else Allowlist(allow),
+        }
+        self._state: Literal["created", "running", "stopped", "inherited"] = "created"
+        self._assemble(dispatcher if dispatcher is not None else ThreadPoolDispatcher())
+        self._new_id = _id_maker()
         # the fast path of schedule(): compact records, when the store keeps them
         self._compact = self._store if isinstance(self._store, SupportsCompactInsert) else None
         # the clock's time(); the system clock's own function when it is the plain system clock
@@ -154,6 +155,22 @@ class Scheduler:
             time.time if type(self._clock) is SystemClock else self._clock.time
         )
         self._started_at: float | None = None
+        self._pid = os.getpid()  # the process that started the scheduler (see _after_fork)
+        forking.after_fork_in_child(self._after_fork)
+
+    def _assemble(self, dispatcher: Dispatcher) -> None:
+        """Build the stations around *dispatcher*: the runtime, its trigger and events, the lock."""
+        self._dispatcher: Dispatcher = dispatcher
+        self._runtime = Runtime(
+            self._store, self._clock, served=dispatcher.queues, **self._runtime_options
+        )
+        self._trigger = self._runtime.trigger
+        self._events = self._runtime.events
+        self._trigger.on_ready = dispatcher.wakeup
+        self._lock = threading.Lock()
+        self._inline = isinstance(dispatcher, InlineDispatcher)
+        self._loop: TriggerLoop | None = None
+        self._driver = ClockDriver(self._runtime, dispatcher)
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -188,20 +205,35 @@ class Scheduler:
 
     @property
     def running(self) -> bool:
-        """True between :meth:`start` and :meth:`shutdown`."""
+        """True between :meth:`start` and :meth:`shutdown` (in a process forked from the one that
+        started it: once it restarted there, see :meth:`start`)."""
         return self._state == "running"
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> Scheduler:
-        """Start triggering and dispatching. Returns the scheduler."""
+        """Start triggering and dispatching. Returns the scheduler.
+
+        In a process forked from the one that started it, a scheduler on a durable store starts
+        its own trigger and workers here (as on any first use); one on the memory store raises
+        :class:`~timewheel.errors.InheritedAcrossForkError`.
+        """
+        if self._state == "inherited":
+            self._adopt()
+            return self
         with self._lock:
             if self._state != "created":
                 raise SchedulerStateError(
                     f"cannot start the scheduler when it is in the {self._state!r} state; "
                     "create a new Scheduler"
                 )
-            self._state = "running"
-            self._started_at = self._clock.monotonic()
+            self._launch()
+        return self
+
+    def _launch(self) -> None:
+        """Start the trigger, the dispatcher and the loop (lock held, state ``created``)."""
+        self._state = "running"
+        self._started_at = self._clock.monotonic()
+        self._pid = os.getpid()
         self._runtime.running = True
         self._trigger.start(self._clock.time())
         self._dispatcher.start(self._runtime)
@@ -212,16 +244,23 @@ class Scheduler:
             self._trigger.waker = self._loop.wake
             self._trigger.promote_due_on_place = True
             self._loop.start()
-        return self
 
     def shutdown(self, wait: bool = True, timeout: float | None = None) -> None:
         """Stop triggering, then stop the dispatcher: with *wait*, in-flight tasks may finish for
-        up to *timeout* seconds; tasks still running then are released to READY. Idempotent."""
+        up to *timeout* seconds; tasks still running then are released to READY. Idempotent.
+
+        In a process forked from the one that started the scheduler (and that did not use it
+        since), it only marks the scheduler stopped here: the threads and running tasks it would
+        stop belong to the parent, which keeps them.
+        """
         with self._lock:
             if self._state == "stopped":
                 return
-            was_running = self._state == "running"
+            was = self._state
             self._state = "stopped"
+        if was == "inherited":
+            self._runtime.accepting = False  # handles from before the fork stop waiting
+            return
         self._runtime.accepting = False
         self._runtime.running = False
         self._trigger.stop()
@@ -229,10 +268,81 @@ class Scheduler:
             self._loop.stop()
         if isinstance(self._clock, DrivingClock):
             self._clock.detach(self._driver)
-        if was_running:
+        if was == "running":
             self._dispatcher.shutdown(wait=wait, timeout=timeout)
         self._runtime.ready_queue.close()
         self._events.wake_all()
+
+    # -- fork() ---------------------------------------------------------------------------------
+    def _after_fork(self) -> None:
+        """In a child made by ``fork()``, before anything else runs there (one thread).
+
+        The parent's threads are not here, and any lock of the runtime may have been held by one
+        of them at the fork. A running scheduler becomes ``inherited``: nothing of the copied
+        runtime is used again, and the first call decides (:meth:`_adopt`).
+        """
+        self._lock = threading.Lock()
+        self._new_id = _id_maker()  # the parent goes on counting from the same numbers
+        if self._state != "running":
+            return  # never started: nothing of it ran in the parent; usable as it is
+        self._state = "inherited"
+        self._compact = None  # every call takes the checked path
+        self._loop = None
+        self._runtime.running = False
+        if not self._store.durable:
+            self._runtime.accepting = False  # handles from before the fork stop waiting
+
+    def _adopt(self) -> None:
+        """First use of an inherited scheduler in a forked child: restart on a durable store,
+        refuse on the memory store."""
+        with self._lock:
+            if self._state != "inherited":
+                return
+            parent, child = self._pid, os.getpid()
+            if not self._store.durable:
+                raise InheritedAcrossForkError(
+                    f"this Scheduler was started in process {parent}, and process {child} is a "
+                    "copy of it made by fork() (gunicorn --preload, uWSGI without lazy-apps, "
+                    "multiprocessing's fork start method): its trigger and worker threads do not "
+                    "exist here, and its memory store is a copy of the parent's, whose tasks the "
+                    "parent runs. Create the Scheduler after the fork, in the process that uses "
+                    "it (e.g. in gunicorn's post_fork hook), or use timewheel.schedule(), whose "
+                    "default scheduler starts anew in each process (or give the Scheduler a "
+                    "durable store, which a forked process restarts on its own). The parent's "
+                    "scheduler is unaffected"
+                )
+            dispatcher = self._rebuilt_dispatcher(parent, child)
+            old_events, old_driver = self._events, self._driver
+            if isinstance(self._clock, DrivingClock):
+                self._clock.detach(old_driver)
+            self._assemble(dispatcher)
+            for name in EVENTS:
+                for fn in old_events.listening(name):
+                    self._events.add_listener(fn, (name,))
+            self._launch()
+
+    def _in_this_process(self) -> None:
+        """Before a call that uses the runtime: adopt an inherited scheduler first."""
+        if self._state == "inherited":
+            self._adopt()
+
+    def _rebuilt_dispatcher(self, parent: int, child: int) -> Dispatcher:
+        """A dispatcher like the inherited one, with its own threads in this process."""
+        d = self._dispatcher
+        if type(d) is ThreadPoolDispatcher:
+            return ThreadPoolDispatcher(
+                d.workers, queues=d.queues, heartbeat=d.heartbeat, claim_batch=d.claim_batch
+            )
+        if type(d) is InlineDispatcher:
+            return InlineDispatcher(d.queues)
+        if type(d) is NullDispatcher:
+            return NullDispatcher()
+        raise InheritedAcrossForkError(
+            f"this Scheduler was started in process {parent}, and process {child} is a copy of "
+            f"it made by fork(); its dispatcher, a {type(d).__qualname__}, is not one timewheel can "
+            "rebuild with threads of this process. Create the Scheduler and its dispatcher after the fork "
+            "(e.g. in gunicorn's post_fork hook); the parent's scheduler is unaffected"
+        )
 
     def __enter__(self) -> Scheduler:
         if self._state == "created":
@@ -350,6 +460,7 @@ class Scheduler:
         options: dict[str, Any],
     ) -> Job | Schedule:
         """The full path of :meth:`schedule` (every option, every check)."""
+        self._in_this_process()
         if self._state == "stopped":
             raise SchedulerStateError(
                 "cannot schedule on a scheduler that was shut down; create a new Scheduler"
@@ -442,6 +553,7 @@ class Scheduler:
 
     def schedules(self) -> list[Schedule]:
         """Handles of every stored recurring schedule."""
+        self._in_this_process()
         recurring = self._runtime.recurring
         return [Schedule(recurring, r.id) for r in self._store.list_schedules()]
 
@@ -473,15 +585,18 @@ class Scheduler:
         Raises:
             TaskNotFoundError: no task has that id.
         """
+        self._in_this_process()
         return self._runtime.cancel(task_id.id if isinstance(task_id, Job) else task_id)
 
     def get(self, task_id: str) -> Job:
         """The handle of an existing task. Raises ``TaskNotFoundError``."""
+        self._in_this_process()
         self._store.get(task_id)
         return Job(self._runtime, task_id)
 
     def jobs(self, state: TaskState | Iterable[TaskState] | None = None) -> list[Job]:
         """Handles of the tasks in *state* (all when None), earliest due first."""
+        self._in_this_process()
         return [Job(self._runtime, t.id) for t in self._store.tasks(state=state)]
 
     # -- listeners ------------------------------------------------------------------------------
@@ -502,6 +617,7 @@ class Scheduler:
 
         Returns the jobs that ran here (none with a thread pool, whose workers run them).
         """
+        self._in_this_process()
         if self._state != "running":
             raise SchedulerStateError(
                 f"run_pending() needs a running scheduler (state {self._state!r}); call start()"
@@ -523,6 +639,7 @@ class Scheduler:
             SchedulerStateError: the clock is not a FakeClock, or more than *limit* tasks ran
                 (a task that keeps rescheduling itself never goes idle).
         """
+        self._in_this_process()
         clock = self._clock
         if not isinstance(clock, DrivingClock):
             raise SchedulerStateError(
@@ -552,6 +669,7 @@ class Scheduler:
         or with a durable store from the store (one indexed query; buckets aligned on now).
         Recurring schedules count their next instance.
         """
+        self._in_this_process()
         store = self._store
         if store.durable and isinstance(store, SupportsInspection):
             # the store holds every pending task; the wheel only the near horizon
@@ -563,6 +681,7 @@ class Scheduler:
 
     def statistics(self) -> SchedulerStatistics:
         """Counts by state, queue depths, event totals, throughput and lateness (seconds)."""
+        self._in_this_process()
         up = 0.0 if self._started_at is None else self._clock.monotonic() - self._started_at
         return self._runtime.statistics(uptime=up)
 

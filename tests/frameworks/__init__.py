@@ -1,0 +1,1 @@
+"""Recipes for web frameworks, each tested with the real framework (the ``test`` extra)."""

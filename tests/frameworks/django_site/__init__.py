@@ -1,0 +1,1 @@
+"""A minimal Django project embedding a timewheel scheduler (see ``docs/web.md``)."""
