@@ -17,9 +17,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -41,89 +40,19 @@ pytestmark = [
 
 GUARD = 60.0  # seconds before a child counts as hung
 
-
-class Gate:
-    """Keeps a fork from happening while a thread is inside a store call, and store calls from
-    starting while a fork is made.
-
-    A thread inside the SQLite library at the fork may hold one of SQLite's own mutexes (opening a
-    connection holds one), and the child's first ``sqlite3.connect`` then waits for it forever.
-    The store itself will need this gate; until it has one, the durable-store tests fork through
-    :class:`GatedStore`, so what they check is the scheduler's behaviour after a fork, not that
-    race (``test_sqlite_child_works_when_the_parent_was_writing_at_the_fork`` shows it).
-    """
-
-    def __init__(self) -> None:
-        self.reset_in_child()
-
-    def reset_in_child(self) -> None:
-        """A new, open gate (the parent's waiters are not in the child)."""
-        self._cond = threading.Condition()
-        self._inside = 0
-        self._forking = False
-
-    @contextmanager
-    def call(self) -> Iterator[None]:
-        """Around one store call."""
-        with self._cond:
-            while self._forking:
-                self._cond.wait()
-            self._inside += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._inside -= 1
-                if not self._inside:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def quiet(self) -> Iterator[None]:
-        """While no thread is inside a store call (and none enters one)."""
-        with self._cond:
-            self._forking = True
-            while self._inside:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._forking = False
-                self._cond.notify_all()
-
-
-class GatedStore:
-    """A store whose every call passes :class:`Gate` (attributes other than methods pass as is)."""
-
-    def __init__(self, store: Store, gate: Gate) -> None:
-        self.inner = store
-        self.gate = gate
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if not callable(attr):
-            return attr
-
-        def gated(*args: Any, **kwargs: Any) -> Any:
-            with self.gate.call():
-                return attr(*args, **kwargs)
-
-        return gated
+# the functions the durable-store tests run from import paths
+ALLOW = ["tests"]
 
 
 class Child:
-    """A child made by ``os.fork()`` that runs ``fn()`` and reports through a pipe; with a *gate*,
-    forked while no thread of this process is inside a gated store call."""
+    """A child made by ``os.fork()`` that runs ``fn()`` and reports through a pipe."""
 
-    def __init__(self, fn: Callable[[], Any], gate: Gate | None = None) -> None:
+    def __init__(self, fn: Callable[[], Any]) -> None:
         r, w = os.pipe()
-        with gate.quiet() if gate is not None else nullcontext():
-            pid = os.fork()
+        pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child, which never returns to pytest
             try:
                 os.close(r)
-                if gate is not None:
-                    gate.reset_in_child()
                 try:
                     out: Any = ("ok", fn())
                 except BaseException as e:
@@ -161,9 +90,9 @@ class Child:
         return rest[0] if kind == "ok" else ("raised", *rest)
 
 
-def in_child(fn: Callable[[], Any], gate: Gate | None = None) -> Any:
+def in_child(fn: Callable[[], Any]) -> Any:
     """Run ``fn()`` in a forked child and wait for what it returned."""
-    return Child(fn, gate).result()
+    return Child(fn).result()
 
 
 @pytest.fixture
@@ -172,14 +101,9 @@ def sqlite_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def gate() -> Gate:
-    return Gate()
-
-
-@pytest.fixture
-def sqlite_store(sqlite_path: Path, gate: Gate) -> Store:
-    """The SQLite store at *sqlite_path*, its calls passing *gate*."""
-    return cast(Store, GatedStore(SQLiteStore(sqlite_path), gate))
+def sqlite_store(sqlite_path: Path) -> Store:
+    """The SQLite store at *sqlite_path* (its own fork gate keeps forks out of SQLite calls)."""
+    return SQLiteStore(sqlite_path)
 
 
 @pytest.fixture
@@ -297,9 +221,9 @@ def test_the_default_scheduler_starts_anew_in_a_child() -> None:
 
 
 # -- a durable store: the child restarts its own trigger and workers -------------------------------
-def test_sqlite_child_restarts_its_own_workers(sqlite_store: Store, gate: Gate) -> None:
+def test_sqlite_child_restarts_its_own_workers(sqlite_store: Store) -> None:
     seen: list[str] = []
-    with Scheduler(store=sqlite_store) as sched:
+    with Scheduler(store=sqlite_store, allow=ALLOW) as sched:
         sched.add_listener(lambda e: seen.append(e.name), "succeeded")
         assert sched.schedule(fork_app.pid, delay=0).result(timeout=GUARD) == os.getpid()
         r, w = os.pipe()
@@ -314,7 +238,7 @@ def test_sqlite_child_restarts_its_own_workers(sqlite_store: Store, gate: Gate) 
             return (os.getpid(), ran_in, running, seen)
 
         # the child's task can only run on the child's own workers: the parent stops first
-        forked = Child(child, gate)
+        forked = Child(child)
         sched.shutdown()
         os.close(r)
         os.write(w, b"g")
@@ -326,10 +250,8 @@ def test_sqlite_child_restarts_its_own_workers(sqlite_store: Store, gate: Gate) 
     assert events == ["succeeded"]  # listeners carry over
 
 
-def test_sqlite_parent_keeps_working_and_ids_do_not_collide(
-    sqlite_store: Store, gate: Gate
-) -> None:
-    with Scheduler(store=sqlite_store) as sched:
+def test_sqlite_parent_keeps_working_and_ids_do_not_collide(sqlite_store: Store) -> None:
+    with Scheduler(store=sqlite_store, allow=ALLOW) as sched:
         before = sched.schedule(fork_app.double, 1, delay=0)
         assert before.result(timeout=GUARD) == 2
 
@@ -340,7 +262,7 @@ def test_sqlite_parent_keeps_working_and_ids_do_not_collide(
             sched.shutdown()
             return (job.id, value, late)
 
-        child_id, value, late = in_child(child, gate)
+        child_id, value, late = in_child(child)
         assert (value, late) == (4, 2)
         # generated ids start from a new random prefix in the child: none repeats the parent's
         after = sched.schedule(fork_app.double, 3, delay=0)
@@ -351,10 +273,10 @@ def test_sqlite_parent_keeps_working_and_ids_do_not_collide(
 
 
 def test_shutdown_of_an_inherited_scheduler_leaves_the_parents_running_task_alone(
-    sqlite_store: Store, gate: Gate, sqlite_path: Path, tmp_path: Path
+    sqlite_store: Store, sqlite_path: Path, tmp_path: Path
 ) -> None:
     flag = tmp_path / "flag"
-    with Scheduler(store=sqlite_store) as sched:
+    with Scheduler(store=sqlite_store, allow=ALLOW) as sched:
         job = sched.schedule(fork_app.wait_for, str(flag), delay=0)
         while job.state is not TaskState.RUNNING:
             time.sleep(0.01)
@@ -365,7 +287,7 @@ def test_shutdown_of_an_inherited_scheduler_leaves_the_parents_running_task_alon
             task = SQLiteStore(sqlite_path).get(job.id)
             return (task.state.value, task.lease_owner)
 
-        assert in_child(child, gate) == ("running", owner)
+        assert in_child(child) == ("running", owner)
         flag.touch()
         assert job.result(timeout=GUARD) == str(flag)
 
@@ -374,7 +296,9 @@ def test_a_custom_dispatcher_cannot_be_rebuilt_in_the_child(sqlite_store: Store)
     class Mine(timewheel.InlineDispatcher):
         pass
 
-    sched = Scheduler(store=sqlite_store, dispatcher=Mine()).start()  # no threads: no gate
+    sched = Scheduler(
+        store=sqlite_store, dispatcher=Mine(), allow=ALLOW
+    ).start()  # an inline dispatcher: no threads to restart
     try:
 
         def child() -> Any:
@@ -393,17 +317,9 @@ def _writer(sched: Scheduler, stop: threading.Event) -> None:
         sched.schedule(fork_app.double, 1, delay=3600)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "SQLiteStore: a write transaction open in another thread at the fork leaves SQLite's "
-        "in-process lock state copied as held, so the child's writes stay busy; the store needs "
-        "a before-fork gate (no write in flight at the fork) and an after-fork reset"
-    ),
-)
 def test_sqlite_child_works_when_the_parent_was_writing_at_the_fork(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "busy.db", busy_timeout=1.0)
-    with Scheduler(store=store) as sched:
+    with Scheduler(store=store, allow=ALLOW) as sched:
         stop = threading.Event()
         writers = [threading.Thread(target=_writer, args=(sched, stop)) for _ in range(2)]
         for t in writers:
@@ -499,9 +415,9 @@ def test_a_durable_delay_queue_delivers_each_item_once_across_the_fork(sqlite_pa
 
 
 def test_a_listener_added_in_the_child_before_first_use_hears_the_restarted_scheduler(
-    sqlite_store: Store, gate: Gate
+    sqlite_store: Store,
 ) -> None:
-    with Scheduler(store=sqlite_store) as sched:
+    with Scheduler(store=sqlite_store, allow=ALLOW) as sched:
 
         def child() -> list[str]:
             names: list[str] = []
@@ -514,6 +430,6 @@ def test_a_listener_added_in_the_child_before_first_use_hears_the_restarted_sche
             sched.shutdown()
             return names
 
-        names = in_child(child, gate)
+        names = in_child(child)
         assert "submitted" in names
         assert "succeeded" in names

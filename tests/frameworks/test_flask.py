@@ -36,7 +36,7 @@ def _no_refreshes() -> Iterator[None]:
 
 
 def _scheduler(clock: FakeClock, store: SQLiteStore | None = None) -> Scheduler:
-    return Scheduler(clock=clock, store=store, dispatcher=InlineDispatcher())
+    return Scheduler(clock=clock, store=store, dispatcher=InlineDispatcher(), allow=["tests"])
 
 
 def test_a_view_schedules_and_the_fake_clock_runs_it(clock: FakeClock, tmp_path: Path) -> None:
@@ -101,7 +101,9 @@ def test_two_applications_on_one_store_register_and_run_once(
 
 def test_the_store_url_comes_from_the_config(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'cfg.db'}"
-    app = flask_app.create_app({"TIMEWHEEL_STORE": url, "TIMEWHEEL_START": False})
+    app = flask_app.create_app(
+        {"TIMEWHEEL_STORE": url, "TIMEWHEEL_START": False, "TIMEWHEEL_ALLOW": ["tests"]}
+    )
     sched = app.extensions[EXTENSION]
     assert isinstance(sched.store, SQLiteStore)
     assert not sched.running  # TIMEWHEEL_START=False: it stores what is scheduled, runs nothing

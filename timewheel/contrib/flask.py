@@ -27,9 +27,12 @@ Configuration (``app.config``):
     (default: a new memory store). With several server worker processes, use a durable store.
 ``TIMEWHEEL_TIMEZONE``
     the default zone of cron schedules (default ``"UTC"``).
+``TIMEWHEEL_ALLOW``
+    the modules whose functions the scheduler runs from import paths read from a durable store
+    (``["myapp"]``; see ``docs/security.md``).
 ``TIMEWHEEL_SCHEDULER``
     a function returning the :class:`~timewheel.Scheduler` to use (tests pass one with a
-    ``FakeClock``); the two keys above are then ignored.
+    ``FakeClock``); the keys above are then ignored.
 ``TIMEWHEEL_START``
     ``True`` to start the scheduler in ``init_app``, ``False`` to leave it unstarted (it still
     stores what is scheduled; ``timewheel worker`` runs it), ``None`` (the default) to start it
@@ -132,7 +135,11 @@ class Timewheel:
                 raise TypeError(
                     f"TIMEWHEEL_STORE must be a store URL or a timewheel Store (got {store!r})"
                 )
-            sched = Scheduler(store=store, timezone=config.get("TIMEWHEEL_TIMEZONE", "UTC"))
+            sched = Scheduler(
+                store=store,
+                timezone=config.get("TIMEWHEEL_TIMEZONE", "UTC"),
+                allow=config.get("TIMEWHEEL_ALLOW"),
+            )
         start = config.get("TIMEWHEEL_START")
         if start is None:
             start = not in_reloader_watcher()

@@ -18,5 +18,7 @@ TIME_ZONE = "UTC"
 TIMEWHEEL_STORE = os.environ.get("TIMEWHEEL_STORE", "memory://")
 #: False in web processes whose tasks run in ``timewheel worker`` processes instead
 TIMEWHEEL_RUN_TASKS = os.environ.get("TIMEWHEEL_RUN_TASKS", "1") == "1"
+#: the modules whose functions the scheduler runs from a durable store (docs/security.md)
+TIMEWHEEL_ALLOW = ["jobs"]
 #: a dotted path to a function returning the Scheduler (tests give one with a FakeClock)
 TIMEWHEEL_SCHEDULER: str | None = None

@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 from timewheel.errors import StoreCorruptError, StoreError
@@ -69,6 +69,71 @@ if TYPE_CHECKING:
     ]
 
 
+class _ForkGate:
+    """Keeps ``fork()`` from happening while a thread of this process is inside SQLite.
+
+    A fork copies the memory of every thread but runs only the forking one. A thread inside
+    SQLite at that moment may hold one of SQLite's own mutexes (opening a connection takes one),
+    or be inside a write transaction whose lock bookkeeping SQLite keeps in process memory: the
+    child then inherits them held by a thread that does not exist there, and its first connection
+    or ``BEGIN IMMEDIATE`` waits forever. So every call into SQLite passes this gate;
+    ``os.register_at_fork`` closes it before a fork (waiting for the calls in flight, which are
+    short: a statement or one transaction) and opens it again after, in the parent and anew in the
+    child. A call that forks from inside a call (nothing here does) is not waited for.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._inside: dict[int, int] = {}  # thread id -> calls in flight (nested ones count)
+        self._forking = False
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """Around one call into SQLite."""
+        me = threading.get_ident()
+        with self._cond:
+            while self._forking and not self._inside.get(me):
+                self._cond.wait()
+            self._inside[me] = self._inside.get(me, 0) + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                left = self._inside[me] - 1
+                if left:
+                    self._inside[me] = left
+                else:
+                    del self._inside[me]
+                    self._cond.notify_all()
+
+    def before_fork(self) -> None:
+        me = threading.get_ident()
+        self._cond.acquire()
+        self._forking = True
+        while any(thread != me for thread in self._inside):
+            self._cond.wait()
+        # held through the fork: no thread starts a call until after_fork_in_parent
+
+    def after_fork_in_parent(self) -> None:
+        self._forking = False
+        self._cond.notify_all()
+        self._cond.release()
+
+    def after_fork_in_child(self) -> None:
+        self.__init__()  # type: ignore[misc]  # the parent's waiters do not exist here
+        for connections in list(_LIVE):
+            connections.after_fork()
+
+
+_GATE = _ForkGate()
+_LIVE: weakref.WeakSet[Connections] = weakref.WeakSet()  # every open Connections of the process
+os.register_at_fork(
+    before=_GATE.before_fork,
+    after_in_parent=_GATE.after_fork_in_parent,
+    after_in_child=_GATE.after_fork_in_child,
+)
+
+
 def connect(
     path: str, *, mode: Mode, busy_timeout: float, immutable: bool = False
 ) -> sqlite3.Connection:
@@ -81,6 +146,11 @@ def connect(
         sqlite3.Error: as SQLite reports it (callers translate it).
     """
     query = f"mode={mode}&immutable=1" if immutable else f"mode={mode}"
+    with _GATE.call():  # opening takes one of SQLite's own mutexes: never across a fork
+        return _connect(path, query, busy_timeout)
+
+
+def _connect(path: str, query: str, busy_timeout: float) -> sqlite3.Connection:
     conn = sqlite3.connect(
         f"file:{_quote_path(path)}?{query}",
         uri=True,
@@ -206,6 +276,7 @@ class Connections:
         self._write_lock = threading.Lock()
         self.closed = False
         self._hold(first, self._pid)
+        _LIVE.add(self)
 
     def __len__(self) -> int:
         """How many connections this process holds open (one per live thread that used it)."""
@@ -225,6 +296,11 @@ class Connections:
         with self._meta:
             self._open.pop(id(conn), None)
 
+    def call(self) -> AbstractContextManager[None]:
+        """Around a statement the caller runs on :meth:`get`'s connection itself (see
+        :class:`_ForkGate`)."""
+        return _GATE.call()
+
     def get(self) -> sqlite3.Connection:
         """The calling thread's connection, opened on first use (and anew after ``fork()``).
 
@@ -238,22 +314,27 @@ class Connections:
         if self.closed:
             raise StoreError(f"timewheel store {self.path!r} is closed; open a new SQLiteStore")
         if pid != self._pid:
-            self._after_fork(pid)
+            self.after_fork()
         try:
-            conn = connect(
-                self.path,
-                mode=self._mode,
-                busy_timeout=self._busy_timeout,
-                immutable=self._immutable,
-            )
-            configure(conn, self._durability)
+            with _GATE.call():
+                conn = connect(
+                    self.path,
+                    mode=self._mode,
+                    busy_timeout=self._busy_timeout,
+                    immutable=self._immutable,
+                )
+                configure(conn, self._durability)
         except sqlite3.Error as e:
             raise translate(self.path, e, "opening a connection") from e
         self._hold(conn, pid)
         return conn
 
-    def _after_fork(self, pid: int) -> None:
-        # Runs in the child: the parent's connections (and locks) must not be used or closed.
+    def after_fork(self) -> None:
+        """In a child made by ``fork()``: set aside the parent's connections (never used or closed
+        here) and make new locks. Run once in the child right after the fork."""
+        pid = os.getpid()
+        if pid == self._pid:
+            return
         for conn, closer in self._open.values():
             closer.detach()
             _ORPHANS.append(conn)
@@ -265,7 +346,9 @@ class Connections:
     def read(self, sql: str, params: Sequence[Any] = (), doing: str = "reading") -> list[Row]:
         """Run one query on the calling thread's connection and fetch every row."""
         try:
-            return self.get().execute(sql, params).fetchall()
+            conn = self.get()
+            with _GATE.call():
+                return conn.execute(sql, params).fetchall()
         except sqlite3.Error as e:
             raise translate(self.path, e, doing) from e
 
@@ -282,7 +365,7 @@ class Connections:
                 "it without read_only=True to change it"
             )
         conn = self.get()
-        with self._write_lock:
+        with _GATE.call(), self._write_lock:
             try:
                 self._begin(conn)
             except sqlite3.Error as e:
@@ -340,13 +423,14 @@ class Connections:
     def try_checkpoint(self, busy_wait: float) -> None:
         """``wal_checkpoint(TRUNCATE)`` waiting at most *busy_wait* seconds; skipped if busy."""
         conn = self.get()
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_wait * 1000)}")
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        except sqlite3.Error as e:
-            log.debug("checkpoint of %s skipped: %s", self.path, e)
-        finally:
-            conn.execute(self._busy_pragma)
+        with _GATE.call():
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(busy_wait * 1000)}")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            except sqlite3.Error as e:
+                log.debug("checkpoint of %s skipped: %s", self.path, e)
+            finally:
+                conn.execute(self._busy_pragma)
 
     def close(self) -> None:
         """Close this process's connections (idempotent); later use raises StoreError."""
@@ -354,7 +438,7 @@ class Connections:
             return
         self.closed = True
         if os.getpid() != self._pid:
-            self._after_fork(os.getpid())
+            self.after_fork()
         with self._meta:
             closers = [closer for _, closer in self._open.values()]
         for closer in closers:

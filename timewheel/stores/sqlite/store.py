@@ -764,11 +764,9 @@ class SQLiteStore(Store):
         Reads the whole file: O(size). Run it from maintenance code, not a hot path.
         """
         try:
-            rows = (
-                self._connections.get()
-                .execute(f"PRAGMA integrity_check({int(max_errors)})")
-                .fetchall()
-            )
+            conn = self._connections.get()
+            with self._connections.call():
+                rows = conn.execute(f"PRAGMA integrity_check({int(max_errors)})").fetchall()
         except sqlite3.DatabaseError as e:
             if not is_corrupt(e):
                 raise translate(self.path, e, "checking integrity") from e

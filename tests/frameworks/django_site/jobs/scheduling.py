@@ -51,6 +51,7 @@ def build() -> tw.Scheduler:
         store=open_store(settings.TIMEWHEEL_STORE),
         dispatcher=dispatcher,
         timezone=settings.TIME_ZONE,
+        allow=settings.TIMEWHEEL_ALLOW,
     )
 
 
