@@ -32,7 +32,7 @@ def test_a_scheduler_built_twice_in_one_process_does_not_register_twice(tmp_path
     def build_app() -> Scheduler:
         """What a framework's startup does, run twice by its reloader in one process."""
         sched = Scheduler(
-            clock=clock, store=SQLiteStore(db), dispatcher=InlineDispatcher(), allow=["tests"]
+            clock=clock, store=SQLiteStore(db), dispatcher=InlineDispatcher(), allow=["tests.apps"]
         )
         sched.start()
         sched.schedule(fork_app.record, "tick", str(log), cron="* * * * *", id="tick")
@@ -69,7 +69,7 @@ def test_processes_registering_the_same_schedule_at_once_leave_one_series(
             code = 1
             try:
                 os.close(go_w)
-                sched = Scheduler(store=SQLiteStore(db, busy_timeout=30), allow=["tests"])
+                sched = Scheduler(store=SQLiteStore(db, busy_timeout=30), allow=["tests.apps"])
                 os.read(go_r, 1)  # every child is waiting here; closing the pipe frees them all
                 sched.schedule(RECORD, "nightly", "/dev/null", cron="0 3 * * *", id="nightly")
                 sched.schedule(RECORD, "often", "/dev/null", cron="*/5 * * * *", id="often")

@@ -35,7 +35,9 @@ def start() -> tw.Scheduler:
     global _scheduler
     with _lock:
         if _scheduler is None:
-            sched = tw.Scheduler(store=open_store(f"sqlite:///{DB}"), allow=["tests"])
+            sched = tw.Scheduler(
+                store=open_store(f"sqlite:///{DB}"), allow=["tests.apps", "tests.frameworks"]
+            )
             sched.start()
             sched.schedule(tick, LOG, cron="* * * * * *", id="tick")  # every second
             fork_app.record("registered", LOG)

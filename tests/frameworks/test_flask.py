@@ -36,7 +36,9 @@ def _no_refreshes() -> Iterator[None]:
 
 
 def _scheduler(clock: FakeClock, store: SQLiteStore | None = None) -> Scheduler:
-    return Scheduler(clock=clock, store=store, dispatcher=InlineDispatcher(), allow=["tests"])
+    return Scheduler(
+        clock=clock, store=store, dispatcher=InlineDispatcher(), allow=["tests.frameworks"]
+    )
 
 
 def test_a_view_schedules_and_the_fake_clock_runs_it(clock: FakeClock, tmp_path: Path) -> None:
@@ -102,7 +104,7 @@ def test_two_applications_on_one_store_register_and_run_once(
 def test_the_store_url_comes_from_the_config(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'cfg.db'}"
     app = flask_app.create_app(
-        {"TIMEWHEEL_STORE": url, "TIMEWHEEL_START": False, "TIMEWHEEL_ALLOW": ["tests"]}
+        {"TIMEWHEEL_STORE": url, "TIMEWHEEL_START": False, "TIMEWHEEL_ALLOW": ["tests.frameworks"]}
     )
     sched = app.extensions[EXTENSION]
     assert isinstance(sched.store, SQLiteStore)
