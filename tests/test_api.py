@@ -14,6 +14,7 @@ EXPECTED = {
     "IntervalRule",
     "Misfire",
     "Overlap",
+    "HerdReport",
     "Registry",
     "Schedule",
     "Step",
