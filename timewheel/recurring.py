@@ -46,7 +46,7 @@ from timewheel.rules import (
     runs_alone,
 )
 from timewheel.stores.base import Store
-from timewheel.task import ScheduleRecord, Task, TaskState
+from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState
 from timewheel.trigger import FirePlan, Herd, PreparePlan
 from timewheel.validate import count, seconds
 
@@ -57,10 +57,13 @@ __all__ = [
     "RecurringHost",
     "Registry",
     "Schedule",
+    "StoredHerd",
+    "describe_instances",
     "instance_id",
     "interval_of",
     "schedule_of",
     "slot_of",
+    "stored_herd",
 ]
 
 _P = TaskState.PENDING
@@ -559,6 +562,7 @@ class Recurring:
         first_slot = rule.next_after(now)
         first = None if first_slot is None else self._instance(rec, first_slot, rule, now=now)
         if old is not None:
+            self._drop_stored_ahead(sid)
             old_heads = [t.id for t in store.tasks(state=_P, schedule_id=sid)]
             store.put_schedule(rec, first=first, on_conflict="replace")
             self._forget_schedule(sid)
@@ -850,6 +854,19 @@ class Recurring:
         """A :class:`HerdReport` for the trigger's *herd*, whose waiting instances are *ids*."""
         return HerdReport(at=to_datetime(herd.start), herd=herd, schedules=self.describe(ids))
 
+    def _drop_stored_ahead(self, schedule_id: str) -> None:
+        """Delete the instances pre-warming stored behind the series' head, before the series
+        is paused, replaced or deleted: cancelled instead, they would keep their slot's id
+        taken, and the next instance planned for that slot (after a resume, or by the
+        replacing definition) would never be stored."""
+        pending = self.store.tasks(state=_P, schedule_id=schedule_id)
+        fresh = [t.id for t in pending if t.attempts == 0 and not t.extra.get("catchup")]
+        ahead = fresh[1:]
+        if ahead:
+            self.host.unindex(ahead)
+            for task_id in ahead:
+                self.store.delete(task_id)
+
     def _forget_schedule(self, schedule_id: str) -> None:
         """The schedule was replaced, paused, resumed or deleted here: what was prepared or
         remembered for it no longer holds."""
@@ -864,33 +881,7 @@ class Recurring:
     def describe(self, ids: Sequence[str]) -> HerdSchedules:
         """The schedules behind instance *ids* (a herd): instances per rule, a few schedule
         ids. Beyond :attr:`DESCRIBE_LIMIT` ids an even sample is examined."""
-        total = len(ids)
-        step = max(1, math.ceil(total / self.DESCRIBE_LIMIT))
-        sample = ids[::step]
-        store = self.store
-        by_schedule: Counter[str] = Counter(schedule_of(tid) for tid in sample)
-        by_rule: Counter[str] = Counter()
-        described: dict[tuple[tuple[str, Any], ...], str] = {}
-        for sid, n in by_schedule.items():
-            rec = store.get_schedule(sid)
-            if rec is None:
-                by_rule["(schedule deleted)"] += n
-                continue
-            key = tuple(rec.rule.items())
-            text = described.get(key)
-            if text is None:
-                try:
-                    text = described[key] = self.rule(rec).describe()
-                except InvalidScheduleError:
-                    text = described[key] = f"rule {dict(rec.rule)!r}"
-            by_rule[text] += n
-        scale = total / len(sample) if sample else 0.0
-        return HerdSchedules(
-            rules=tuple((text, round(n * scale)) for text, n in by_rule.most_common()),
-            schedules=tuple(sorted(by_schedule)[:5]),
-            examined=len(sample),
-            total=total,
-        )
+        return describe_instances(self.store, ids, limit=self.DESCRIBE_LIMIT, rules=self._rules)
 
     def _overlap(self, rec: ScheduleRecord, n: int, t: Task) -> str:
         busy = [x for x in self.store.tasks(state=_BUSY, schedule_id=rec.id) if x.id != t.id]
@@ -932,6 +923,7 @@ class Recurring:
             break
         self._forget_schedule(schedule_id)
         if paused:
+            self._drop_stored_ahead(schedule_id)
             for t in store.tasks(state=_P, schedule_id=schedule_id):
                 self.host.cancel(t.id)
             return
@@ -939,12 +931,16 @@ class Recurring:
         nxt = rule.next_after(self.host.clock.time())
         if nxt is not None:
             inst = self._instance(rec, nxt, rule)
-            changed = store.insert(inst, on_conflict="keep")
+            existing = store.find(inst.id)
+            # the head cancelled by the pause has this slot's id when resumed before its slot
+            replace = existing is not None and existing.state in TERMINAL_STATES
+            changed = store.insert(inst, on_conflict="replace" if replace else "keep")
             self.host.index(changed.task)
 
     def delete(self, schedule_id: str) -> bool:
         """Delete the schedule and cancel its instances that have not started."""
         store = self.store
+        self._drop_stored_ahead(schedule_id)
         heads = [t.id for t in store.tasks(state=_P, schedule_id=schedule_id)]
         ok = store.delete_schedule(schedule_id)
         self._forget_schedule(schedule_id)
@@ -952,6 +948,84 @@ class Recurring:
         with self._lock:
             self._held.pop(schedule_id, None)
         return ok
+
+
+def describe_instances(
+    store: Store, ids: Sequence[str], *, limit: int = 10_000, rules: RuleCache | None = None
+) -> HerdSchedules:
+    """The schedules behind the instance *ids* of *store*: instances per rule description and a
+    few schedule ids. Beyond *limit* ids an even sample is examined and counts are scaled."""
+    total = len(ids)
+    step = max(1, math.ceil(total / limit))
+    sample = ids[::step]
+    by_schedule: Counter[str] = Counter(schedule_of(tid) for tid in sample)
+    by_rule: Counter[str] = Counter()
+    described: dict[tuple[tuple[str, Any], ...], str] = {}
+    for sid, n in by_schedule.items():
+        rec = store.get_schedule(sid)
+        if rec is None:
+            by_rule["(schedule deleted)"] += n
+            continue
+        key = tuple(rec.rule.items())
+        text = described.get(key)
+        if text is None:
+            try:
+                rule = rule_from_spec(rec.rule) if rules is None else rules.from_spec(rec.rule)
+                text = rule.describe()
+            except InvalidScheduleError:  # a rule this version cannot read
+                text = f"rule {dict(rec.rule)!r}"
+            described[key] = text
+        by_rule[text] += n
+    scale = total / len(sample) if sample else 0.0
+    return HerdSchedules(
+        rules=tuple((text, round(n * scale)) for text, n in by_rule.most_common()),
+        schedules=tuple(sorted(by_schedule)[:5]),
+        examined=len(sample),
+        total=total,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredHerd:
+    """A herd as a store shows it (see :func:`stored_herd`): the schedules behind its PENDING
+    instances, its one-shot tasks, and how many of the schedules checked (``checked``) already
+    have their next instance stored behind the herd's (``prewarmed``): a running scheduler
+    pre-warmed them."""
+
+    schedules: HerdSchedules
+    one_shot: int
+    checked: int
+    prewarmed: int
+
+
+def stored_herd(
+    store: Store, start: float, end: float, *, before: int, limit: int = 10_000
+) -> StoredHerd:
+    """What is behind the PENDING tasks of *store* due in ``[start, end)``, read from the store
+    alone (``timewheel inspect``). *before* is about how many PENDING tasks are due before
+    *start* (they are read past); at most *limit* of the herd's rows are read, and the
+    pre-warming check looks at up to 200 of its schedules."""
+    rows = store.due_before(end, limit=before + limit)
+    herd = [(tid, sid) for tid, due, sid in rows if due >= start]
+    instances = [tid for tid, sid in herd if sid is not None]
+    described = describe_instances(store, instances, limit=limit)
+    sids = sorted({schedule_of(tid) for tid in instances})
+    checked = sids[:: max(1, math.ceil(len(sids) / 200))]
+    prewarmed = 0
+    for sid in checked:
+        fresh = [
+            t
+            for t in store.tasks(state=_P, schedule_id=sid)
+            if t.attempts == 0 and not t.extra.get("catchup")
+        ]
+        if len(fresh) >= 2 and fresh[0].due < end <= fresh[1].due:
+            prewarmed += 1
+    return StoredHerd(
+        schedules=described,
+        one_shot=len(herd) - len(instances),
+        checked=len(checked),
+        prewarmed=prewarmed,
+    )
 
 
 def _same_definition(a: ScheduleRecord, b: ScheduleRecord) -> bool:

@@ -370,6 +370,10 @@ class CronSlots:
                 self._remember(low, value)
             return value
 
+    def __len__(self) -> int:
+        """How many gaps are remembered."""
+        return len(self._ends)
+
     def _remember(self, low: float, end: float) -> None:
         starts = self._starts
         known = starts.get(end)

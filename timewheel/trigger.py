@@ -407,21 +407,22 @@ class Trigger:
         self._release(now, advance)
         if self._seconds and self._seconds[0] < now - 1:
             self._drop_passed(now)
-        if self.planner is not None:
-            if now >= self._next_look:
-                self._look(now)
-            if self._warming and not self._release_left(now):  # due work comes first
-                self._prewarm(now)
         if self.backlog and self._refill_due():
             self.refill_ready()
         if self.durable and now + self.horizon / 2 >= self._refilled_until:
             self.refill_wheel(now)
-        deadline = self.next_deadline(now)
-        if self.durable and self.poll_interval is not None:
+        polling = self.durable and self.poll_interval is not None
+        if polling and now >= self._next_poll:
             # other processes share the store: look for what they scheduled or made ready
-            if now >= self._next_poll:
-                self.poll(now)
-                self._next_poll = now + self.poll_interval
+            self.poll(now)
+            self._next_poll = now + (self.poll_interval or 1.0)
+        if self.planner is not None:  # last: the refills above may have brought a herd
+            if now >= self._next_look:
+                self._look(now)
+            if self._warming and not self._release_left(now):  # due work comes first
+                self._prewarm(now)
+        deadline = self.next_deadline(now)
+        if polling:
             deadline = self._next_poll if deadline is None else min(deadline, self._next_poll)
         return deadline
 
