@@ -422,8 +422,9 @@ class Recurring:
         self.host = host
         self._lock = threading.RLock()
         self._rules = RuleCache()
+        self._retries: dict[tuple[Any, ...], Any] = {}  # stored retry spec -> Retry
         # option values -> a shared read-only mapping of them (read without the lock)
-        self._options: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+        self._options: dict[tuple[Any, ...] | None, Mapping[str, Any]] = {}
         self._held: dict[str, list[str]] = {}
         self._rng = random.Random()
         # pre-warmed heads: id -> what was decided; and per schedule, its prepared head
@@ -448,19 +449,69 @@ class Recurring:
         """The rule of *rec*, shared with every schedule whose rule has the same spec."""
         return self._rules.from_spec(rec.rule)
 
-    def _shared(self, options: dict[str, Any]) -> Mapping[str, Any]:
-        """*options* as a read-only mapping shared by every schedule with the same options
+    def _options_of(
+        self,
+        template: Task,
+        misfire: Misfire,
+        grace: float | None,
+        overlap: Overlap,
+        max_instances: int,
+        max_runs: int,
+    ) -> Mapping[str, Any]:
+        """A schedule's options as a read-only mapping shared by every schedule with the same
         (most of a herd's schedules have the same: one mapping instead of one dict each)."""
-        key = tuple(options.values())  # the keys are always the same, in the same order
+        retry = template.retry
+        key: tuple[Any, ...] | None = (
+            template.priority,
+            template.queue,
+            template.timeout,
+            retry,
+            misfire,
+            grace,
+            overlap,
+            max_instances,
+            max_runs,
+        )
         try:
             shared = self._options.get(key)
-        except TypeError:  # an unhashable value (a durable store's retry spec)
-            return options
+        except TypeError:  # a retry policy that cannot be hashed: not shared
+            key, shared = None, None
         if shared is None:
-            if len(self._options) >= _SHARED_OPTIONS:
-                self._options.clear()  # many distinct option sets: start over
-            shared = self._options[key] = MappingProxyType(options)
+            options = {
+                "priority": template.priority,
+                "queue": template.queue,
+                "timeout": template.timeout,
+                "retry": retry_to_spec(retry) if self.store.durable else retry,
+                "misfire": misfire.value,
+                "misfire_grace": grace,
+                "overlap": overlap.value,
+                "max_instances": max_instances,
+                "max_runs": max_runs,
+            }
+            shared = MappingProxyType(options)
+            if key is not None:
+                if len(self._options) >= _SHARED_OPTIONS:
+                    self._options.clear()  # many distinct option sets: start over
+                self._options[key] = shared
         return shared
+
+    def _retry(self, spec: Mapping[str, Any] | None) -> Any:
+        """The ``Retry`` of a stored spec, built once per distinct spec (its exception types
+        are imported by name: too slow to do for every instance of a herd)."""
+        if spec is None:
+            key: tuple[Any, ...] = ()
+        else:
+            key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in spec.items())
+        try:
+            retry = self._retries.get(key)
+        except TypeError:  # an unhashable part: build it every time
+            return retry_from_spec(spec)
+        if retry is None:
+            retry = retry_from_spec(spec)
+            if len(self._retries) >= _SHARED_OPTIONS:
+                self._retries.clear()
+            self._retries[key] = retry
+        return retry
 
     def head(self, schedule_id: str) -> Task | None:
         """The pending head instance of a series, if any: its earliest fresh instance (a
@@ -526,28 +577,17 @@ class Recurring:
             raise InvalidScheduleError(
                 f"schedule id must be a non-empty string without '@' (got {sid!r})"
             )
-        options: dict[str, Any] = {
-            "priority": template.priority,
-            "queue": template.queue,
-            "timeout": template.timeout,
-            "retry": retry_to_spec(template.retry) if self.store.durable else template.retry,
-            "misfire": misfire.value,
-            "misfire_grace": grace,
-            "overlap": overlap.value,
-            "max_instances": max_instances,
-            "max_runs": max_runs,
-        }
+        store = self.store
         rec = ScheduleRecord(
             id=sid,
             func=template.func,
             args=template.args,
             kwargs=template.kwargs,
             rule=spec,
-            options=self._shared(options),
+            options=self._options_of(template, misfire, grace, overlap, max_instances, max_runs),
             created=now,
             updated=now,
         )
-        store = self.store
         old = store.get_schedule(sid)
         if old is not None:
             if on_conflict == "keep" or _same_definition(old, rec):
@@ -585,7 +625,7 @@ class Recurring:
         o = rec.options
         retry = o.get("retry")
         if retry is None or isinstance(retry, Mapping):
-            retry = retry_from_spec(retry)
+            retry = self._retry(retry)
         if now is None:
             now = self.host.clock.time()
         due = slot if catchup else rule.jittered(slot, self._rng)
@@ -773,14 +813,17 @@ class Recurring:
                 if tid in self._early:
                     deferred.append(tid)
                     continue
-            t = store.find(tid)
-            if t is None or t.state is not _P or t.schedule_id is None:
-                continue
-            if t.attempts > 0 or t.extra.get("catchup"):
-                continue
-            sid = t.schedule_id
+            sid = schedule_of(tid)
             if sid in taken or sid in self._prepared_head:
                 deferred.append(tid)
+                continue
+            # the series' live instances: the head among them, and whether any other is live
+            # (then the overlap policy is asked again at the instant)
+            live = store.tasks(state=_LIVE, schedule_id=sid)
+            t = next((x for x in live if x.id == tid), None)
+            if t is None or t.state is not _P or t.schedule_id != sid:
+                continue
+            if t.attempts > 0 or t.extra.get("catchup"):
                 continue
             rec = store.get_schedule(sid)
             if rec is None or rec.paused:
@@ -791,7 +834,6 @@ class Recurring:
             next_slot = rule.next_after(slot)
             if next_slot is None:
                 continue  # the series ends with this head: nothing to store ahead
-            live = store.tasks(state=_LIVE, schedule_id=sid)
             successor = self._instance(rec, next_slot, rule, now=now)
             opts = rec.options
             policy = Misfire(opts.get("misfire", "run_once"))

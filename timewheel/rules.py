@@ -328,6 +328,7 @@ class CronSlots:
         "_last",
         "_lock",
         "_parsed",
+        "_recent",
         "_starts",
         "_utc",
         "_zone",
@@ -349,6 +350,7 @@ class CronSlots:
         self._last: float | None = None
         self._ends: list[float] = []  # the answers r of the remembered gaps, increasing
         self._starts: dict[float, float] = {}  # r -> the earliest t known to answer r
+        self._recent = (math.inf, -math.inf)  # the gap answered last: (t, r)
         #: instants computed with croniter (questions the memo could not answer)
         self.computed = 0
         #: questions answered from the memo
@@ -356,18 +358,25 @@ class CronSlots:
 
     def next_after(self, t: float) -> float | None:
         """The first fire instant strictly after ``t``; None when croniter finds none."""
+        low, end = self._recent  # one read of one tuple: consistent without the lock
+        if low <= t < end:
+            self.remembered += 1
+            return end
         with self._lock:
             ends = self._ends
             i = bisect_right(ends, t)
             if i < len(ends):
                 end = ends[i]
-                if self._starts[end] <= t:
+                low = self._starts[end]
+                if low <= t:
                     self.remembered += 1
+                    self._recent = (low, end)
                     return end
             self.computed += 1
             value, low = self._next_locked(t)
             if value is not None:
                 self._remember(low, value)
+                self._recent = (self._starts[value], value)
             return value
 
     def __len__(self) -> int:
@@ -545,7 +554,8 @@ class CronRule:
         Returns None once ``end`` is reached (or, for pathological expressions, when croniter
         finds no match within 50 years).
         """
-        t = _finite("t", t)
+        if t.__class__ is not float or t - t != 0.0:  # else a finite float, as is
+            t = _finite("t", t)
         if self._start is not None and t < self._start:
             t = math.nextafter(self._start, -math.inf)
         result = self._slots.next_after(t)

@@ -207,7 +207,7 @@ class Trigger:
     #: the shortest pause between two pre-warming slices (seconds)
     MIN_GAP = 0.002
     #: ids a pre-warming chunk asks the planner about
-    PREPARE_CHUNK = 64
+    PREPARE_CHUNK = 32
 
     def __init__(
         self,
@@ -251,6 +251,10 @@ class Trigger:
         self.herd_size = herd_size
         self.prewarm_ahead = min(prewarm_ahead, horizon) if self.durable else prewarm_ahead
         self.slice_seconds = slice_seconds
+        #: the fewest tasks a step promotes (and heads a pre-warming slice prepares) when that
+        #: many are waiting: a durable store's step has a fixed cost (a transaction and its
+        #: commit) that small chunks would pay again and again
+        self.min_chunk = 512 if self.durable else 16
         self.missed_fires = 0
         #: set when READY work waits in the store beyond the ready queue's capacity
         self.backlog = False
@@ -274,7 +278,7 @@ class Trigger:
         self._staged_heap: list[float] = []
         self._releasing: deque[str] = deque()  # due ids taken from the wheel, not yet promoted
         self._cost_per_id = 20e-6  # running estimate of the trigger work per promoted id
-        self._prepare_cost = 60e-6  # running estimate of a pre-warming slice's work per head
+        self._store_cost = 20e-6  # running estimate of a pre-warming store step's work per head
         self._refilled_until = -math.inf
         self._next_reap = -math.inf
         self._next_poll = -math.inf
@@ -298,7 +302,10 @@ class Trigger:
             return
         if self.durable and task.due >= self._refilled_until:
             return  # beyond the horizon: the refill will load it
-        self.place(task.id, task.due, self.clock.time(), instance=task.schedule_id is not None)
+        if task.schedule_id is not None:
+            self._place_instance(task.id, task.due)
+        else:
+            self.place(task.id, task.due, self.clock.time())
 
     def place(self, task_id: str, due: float, now: float, *, instance: bool = False) -> None:
         """Put a task in the wheel, or trigger it at once when a real-time loop runs and it is
@@ -308,7 +315,10 @@ class Trigger:
         *instance* marks an instance of a recurring schedule: those always go through the wheel,
         since firing them plans the next one.
         """
-        if not instance and due <= now and self.promote_due_on_place:
+        if instance:
+            self._place_instance(task_id, due)
+            return
+        if due <= now and self.promote_due_on_place:
             self.promote([task_id], now)
             return
         with self.lock:
@@ -316,7 +326,17 @@ class Trigger:
                 self.wheel.add(task_id, due)
             except DuplicateKeyError:
                 return  # placed already (a task indexed again): it keeps its slot
-            hot = self._count(task_id, due) if instance else None
+        waker = self.waker
+        if waker is not None:
+            waker(due)
+
+    def _place_instance(self, task_id: str, due: float) -> None:
+        with self.lock:
+            try:
+                self.wheel.add(task_id, due)
+            except DuplicateKeyError:
+                return  # placed already (a task indexed again): it keeps its slot
+            hot = self._count(task_id, due)
         waker = self.waker
         if waker is not None:
             waker(due if hot is None else min(due, hot))
@@ -432,20 +452,28 @@ class Trigger:
             self._next_reap = now + min(1.0, self.lease / 4)
 
     def _release(self, now: float, advance: bool) -> None:
-        """Promote due tasks in chunks until ``step_seconds`` of work is done or none is left."""
+        """Promote due tasks in chunks until ``step_seconds`` of work is done or none is left
+        (a chunk is sized by the cost per task measured so far, never below ``min_chunk``)."""
         clock = time.perf_counter
         end = clock() + self.step_seconds
+        ready = self.ready
         while True:
-            room = max(16, min(self.batch, int((end - clock()) / self._cost_per_id)))
-            ids = self._take_due(now, room, advance)
+            fits = int((end - clock()) / self._cost_per_id)
+            ids = self._take_due(now, max(self.min_chunk, min(self.batch, fits)), advance)
             if not ids:
                 return
             advance = False  # once per step: what it gave is all taken first
+            idle = not ready
             began = clock()
             self.promote(ids, now)
             done = clock()
             cost = max(1e-7, (done - began) / len(ids))
             self._cost_per_id = 0.7 * self._cost_per_id + 0.3 * cost
+            if idle and ready:
+                # The workers were idle and were just woken: hand them the interpreter now,
+                # so the first tasks of a herd start while the rest is still being promoted
+                # (without this they would wait for the interpreter's switch interval).
+                time.sleep(0)
             if done >= end:
                 return
 
@@ -679,25 +707,38 @@ class Trigger:
             )
 
     def _slice(self, warming: _Warming, now: float) -> None:
-        """Prepare as many of the herd's heads as ``slice_seconds`` allows (by the cost per head
-        measured so far): one store step stores their successors, then the prepared heads move
-        from the wheel to the staging heap."""
+        """Prepare chunks of the herd's heads while ``slice_seconds`` allows (counting the store
+        step still to come, by its cost per head measured so far): one store step stores their
+        successors, then the prepared heads move from the wheel to the staging heap."""
         planner = self.planner
         assert planner is not None
         clock = time.perf_counter
         began = clock()
         todo = warming.todo
-        size = max(8, min(4 * self.PREPARE_CHUNK, int(self.slice_seconds / self._prepare_cost)))
-        taken = todo[-size:]
-        del todo[-size:]
-        taken.reverse()
-        with self.lock:
-            chunk = self._waiting(warming.second, dict.fromkeys(taken))
-        plan = planner.prepare(chunk, now)
-        prepared, successors = plan.prepared, plan.successors
-        warming.deferred.extend(plan.deferred)
-        warming.declined += len(chunk) - len(prepared) - len(plan.deferred)
+        prepared: list[str] = []
+        successors: list[Task] = []
+        looked = 0
+        least = min(self.min_chunk, 64)
+        while todo:
+            chunk_began = clock()
+            taken = todo[-self.PREPARE_CHUNK :]
+            del todo[-self.PREPARE_CHUNK :]
+            taken.reverse()
+            looked += len(taken)
+            with self.lock:
+                chunk = self._waiting(warming.second, dict.fromkeys(taken))
+            plan = planner.prepare(chunk, now)
+            prepared.extend(plan.prepared)
+            successors.extend(plan.successors)
+            warming.deferred.extend(plan.deferred)
+            warming.declined += len(chunk) - len(plan.prepared) - len(plan.deferred)
+            spent = clock() - began
+            chunk_cost = clock() - chunk_began
+            after = (len(successors) + self.PREPARE_CHUNK) * self._store_cost
+            if looked >= least and spent + chunk_cost + after >= self.slice_seconds:
+                break
         if successors:
+            stored = clock()
             try:
                 self.store.promote((), now, successors=successors)
             except BaseException:
@@ -705,6 +746,8 @@ class Trigger:
                 raise
             for successor in successors:
                 self.index(successor)
+            per_head = (clock() - stored) / len(successors)
+            self._store_cost = 0.7 * self._store_cost + 0.3 * max(1e-7, per_head)
         gone: list[str] = []
         with self.lock:
             instances, staged, by_due, wheel = (
@@ -727,15 +770,12 @@ class Trigger:
         if gone:
             planner.forget(gone)
         took = clock() - began
-        if taken:
-            cost = took / len(taken)
-            self._prepare_cost = 0.7 * self._prepare_cost + 0.3 * max(1e-7, cost)
         warming.prepared += len(prepared) - len(gone)
         warming.successors += len(successors)
         warming.work += took
         warming.slices += 1
         warming.longest_slice = max(warming.longest_slice, took)
-        warming.per_slice = max(1, len(taken))
+        warming.per_slice = max(1, looked)
 
     def herds(self, now: float, horizon: float = math.inf) -> list[Herd]:
         """The herds seen coming within *horizon* seconds of *now* (and those whose second
