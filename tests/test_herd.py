@@ -221,6 +221,22 @@ def test_creating_a_herd_asks_croniter_once() -> None:
     assert len({id(r.options) for r in records}) == 1, "one shared options mapping"
 
 
+def test_a_series_resumed_before_its_slot_runs_at_it() -> None:
+    """Pausing cancels the head; resuming before its slot plans that slot again (its id is the
+    cancelled head's: the instance is stored anew, not left cancelled)."""
+    clock, sched = herd_scheduler(MIDNIGHT - 3600)
+    with sched:
+        handle = sched.schedule(record, "nightly", cron="0 0 * * *", id="nightly")
+        clock.advance(60)
+        handle.pause()
+        assert handle.next_run is None
+        clock.advance(60)
+        handle.resume()
+        assert handle.next_run == datetime(2026, 3, 2, tzinfo=UTC)
+        clock.advance_to(MIDNIGHT + 1)
+        assert RUNS == [("nightly", MIDNIGHT)]
+
+
 # -- the trigger's bounded steps ---------------------------------------------------------------------
 
 

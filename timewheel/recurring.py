@@ -46,7 +46,7 @@ from timewheel.rules import (
     runs_alone,
 )
 from timewheel.stores.base import Store
-from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState
+from timewheel.task import TERMINAL_STATES, Retry, ScheduleRecord, Task, TaskState
 from timewheel.trigger import FirePlan, Herd, PreparePlan
 from timewheel.validate import count, seconds
 
@@ -118,7 +118,6 @@ def retry_to_spec(retry: Any) -> dict[str, Any] | None:
 def retry_from_spec(spec: Mapping[str, Any] | None) -> Any:
     """Rebuild a ``Retry`` from :func:`retry_to_spec` output."""
     from timewheel.refs import resolve_ref
-    from timewheel.task import Retry
 
     if spec is None:
         return Retry()
@@ -427,12 +426,14 @@ class Recurring:
         self._options: dict[tuple[Any, ...] | None, Mapping[str, Any]] = {}
         self._held: dict[str, list[str]] = {}
         self._rng = random.Random()
-        # pre-warmed heads: id -> what was decided; and per schedule, its prepared head
+        # pre-warmed heads: id -> what was decided (an entry leaves when its head fires)
         self._prepared: dict[str, _Prepared] = {}
+        # per schedule, its last prepared head; per stored successor, the head it follows.
+        # Preparing a successor before its head fired would put a third live instance in the
+        # series, so it waits. Both are checked against _prepared, not kept exact: firing a
+        # herd then costs one dictionary operation per head.
         self._prepared_head: dict[str, str] = {}
-        # the stored successors of prepared heads that have not fired: preparing one of them
-        # would put a third live instance in the series, so it waits for its head to fire
-        self._early: set[str] = set()
+        self._early: dict[str, str] = {}
         # Late plans: schedule id -> (the instant of the plan, the slots it ran as catch-ups).
         # A fresh instance of the series with a slot at or before that instant was stored
         # ahead (pre-warmed) and its slot is decided already: it runs only as one of those
@@ -624,8 +625,8 @@ class Recurring:
     ) -> Task:
         o = rec.options
         retry = o.get("retry")
-        if retry is None or isinstance(retry, Mapping):
-            retry = self._retry(retry)
+        if retry.__class__ is not Retry and not isinstance(retry, Retry):
+            retry = self._retry(retry)  # a durable store keeps the policy as its spec
         if now is None:
             now = self.host.clock.time()
         due = slot if catchup else rule.jittered(slot, self._rng)
@@ -653,24 +654,29 @@ class Recurring:
         later than that successor's slot, only the misfire check of one due slot and, when the
         series had other live instances, the overlap check remain (both against *now*).
         """
-        prepared: list[tuple[str, _Prepared]] = []
+        plan = _Plan()
         slow: list[str] = []
+        asked: list[tuple[str, _Prepared]] = []
         if self._prepared:
+            run, expected = plan.run, plan.expected
             with self._lock:
-                table, heads, early = self._prepared, self._prepared_head, self._early
+                table = self._prepared
                 for tid in ids:
                     entry = table.pop(tid, None)
                     if entry is None:
                         slow.append(tid)
-                        continue
-                    if heads.get(entry.schedule_id) == tid:
-                        del heads[entry.schedule_id]
-                    early.discard(entry.successor)
-                    prepared.append((tid, entry))
+                    elif (
+                        now < entry.next_slot
+                        and not entry.check_overlap
+                        and (entry.policy is Misfire.RUN_ONCE or entry.grace is None)
+                    ):
+                        run.append(tid)  # on time, nothing else live: it runs
+                        expected[tid] = entry.version
+                    else:
+                        asked.append((tid, entry))
         else:
             slow = list(ids)
-        plan = _Plan()
-        for tid, entry in prepared:
+        for tid, entry in asked:
             if now >= entry.next_slot:
                 slow.append(tid)  # later than its successor: the full plan decides
             else:
@@ -806,15 +812,15 @@ class Recurring:
         successors: list[Task] = []
         deferred: list[str] = []
         taken: set[str] = set()
+        table, heads, early = self._prepared, self._prepared_head, self._early
         for tid in ids:
-            with self._lock:
-                if tid in self._prepared:
-                    continue
-                if tid in self._early:
-                    deferred.append(tid)
-                    continue
+            if tid in table:
+                continue
             sid = schedule_of(tid)
-            if sid in taken or sid in self._prepared_head:
+            # a prepared head of the series that has not fired yet (the maps are updated
+            # lazily: an entry whose head fired, and left the table, no longer counts)
+            before = early.get(tid)
+            if sid in taken or heads.get(sid) in table or (before is not None and before in table):
                 deferred.append(tid)
                 continue
             # the series' live instances: the head among them, and whether any other is live
@@ -856,10 +862,13 @@ class Recurring:
             successors.append(successor)
             taken.add(sid)
         with self._lock:
+            if len(early) > 2 * len(table) + 1_000:  # drop the entries of heads that fired
+                for gone in [follows for follows, head in early.items() if head not in table]:
+                    del early[gone]
             for tid, entry in entries:
-                self._prepared[tid] = entry
-                self._prepared_head[entry.schedule_id] = tid
-                self._early.add(entry.successor)
+                table[tid] = entry
+                heads[entry.schedule_id] = tid
+                early[entry.successor] = tid
         return PreparePlan([tid for tid, _ in entries], successors, deferred)
 
     def forget(self, ids: Sequence[str]) -> None:
@@ -871,7 +880,7 @@ class Recurring:
                 if entry is not None:
                     if self._prepared_head.get(entry.schedule_id) == tid:
                         del self._prepared_head[entry.schedule_id]
-                    self._early.discard(entry.successor)
+                    self._early.pop(entry.successor, None)
 
     def repair(self, tasks: Sequence[Task], now: float) -> list[Task]:
         """Successors for prepared heads that were replaced between their preparation and
@@ -917,7 +926,7 @@ class Recurring:
             if head is not None:
                 entry = self._prepared.pop(head, None)
                 if entry is not None:
-                    self._early.discard(entry.successor)
+                    self._early.pop(entry.successor, None)
             self._covered.pop(schedule_id, None)
 
     def describe(self, ids: Sequence[str]) -> HerdSchedules:
