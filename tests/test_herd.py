@@ -329,6 +329,33 @@ def test_a_herd_is_seen_prewarmed_and_fires_at_its_instant() -> None:
         assert sched.statistics().missed_fires == 0
 
 
+def test_herds_that_follow_each_other_within_the_look_ahead_all_fire() -> None:
+    """Every two minutes a herd: each one's successors make the next herd, prepared once the
+    one before has fired (never a third live instance in a series). Nothing runs the tasks
+    here, so a deadline left at "now" would stop the fake clock's stepping early; the earlier
+    runs stay READY, and the overlap policy lets the next ones run beside them."""
+    clock, sched = herd_scheduler(MIDNIGHT - 60, dispatcher=tw.NullDispatcher())
+    n = 1_100
+    with sched:
+        for i in range(n):
+            sched.schedule(
+                record,
+                f"h{i}",
+                cron="*/2 * * * *",
+                id=f"h{i}",
+                overlap="allow",
+                max_instances=20,
+            )
+        clock.advance_to(MIDNIGHT + 20 * 60 - 1)
+        ready = Counter(t.schedule_id for t in sched.store.tasks(state=R))
+        assert ready == Counter({f"h{i}": 10 for i in range(n)})
+        assert max(pending_heads(sched).values()) <= 2
+        assert min(pending_heads(sched).values()) >= 1
+        prepared = [h.herd.prepared for h in sched.herds() if h.herd.state == "fired"]
+        assert prepared and all(p == n for p in prepared)
+        assert sched.statistics().missed_fires == 0
+
+
 def test_changes_made_after_prewarming_still_hold_at_the_instant() -> None:
     clock, sched = herd_scheduler(MIDNIGHT - 3600)
     with sched:

@@ -143,9 +143,10 @@ class _Warming:
     """A herd being pre-warmed (mutable; :class:`Herd` is its snapshot)."""
 
     second: int
-    count: int
-    todo: list[str]
+    placed: list[str]  # the second's per-second list itself: ids placed later are seen too
     next_at: float
+    cursor: int = 0  # placed[:cursor] were looked at
+    again: list[str] = field(default_factory=list)  # deferred ids being asked again
     deferred: list[str] = field(default_factory=list)
     retry_at: float = 0.0
     prepared: int = 0
@@ -156,6 +157,27 @@ class _Warming:
     longest_slice: float = 0.0
     per_slice: int = 64  # ids looked at by the last slice: the pacing's unit
     done: bool = False
+    reported: bool = False
+
+    @property
+    def count(self) -> int:
+        """Instances placed in the second (an upper bound: some may have left since)."""
+        return len(self.placed)
+
+    @property
+    def left(self) -> int:
+        """Ids still to look at (deferred ones apart)."""
+        return len(self.placed) - self.cursor + len(self.again)
+
+    def take(self, n: int) -> list[str]:
+        """The next *n* ids to look at: deferred ones asked again first, then in placed order."""
+        if self.again:
+            taken = self.again[:n]
+            del self.again[:n]
+            return taken
+        taken = self.placed[self.cursor : self.cursor + n]
+        self.cursor += len(taken)
+        return taken
 
 
 class Outcomes(Protocol):
@@ -352,7 +374,14 @@ class Trigger:
             heappush(self._seconds, second)
             return None
         ids.append(task_id)
-        if len(ids) != self.herd_size or self.planner is None or second in self._warming:
+        warming = self._warming.get(second)
+        if warming is not None:
+            if warming.done and second > self.wheel.now:
+                warming.done = False  # more heads came for a herd already pre-warmed
+                warming.next_at = -math.inf
+                return -math.inf
+            return None
+        if len(ids) != self.herd_size or self.planner is None:
             return None
         self._hot.add(second)
         begin = second - self.prewarm_ahead
@@ -520,11 +549,15 @@ class Trigger:
             if self._releasing:
                 deadline = now
         if self.planner is not None:
+            # Pre-warming never asks for "now": a loop stepping a fake clock takes a deadline
+            # at or before now, after a step that ran nothing, for a stuck one and stops.
+            soonest = now + self.MIN_GAP
             if self._hot and self._next_look < math.inf:
-                deadline = self._next_look if deadline is None else min(deadline, self._next_look)
+                at = max(self._next_look, soonest)
+                deadline = at if deadline is None else min(deadline, at)
             for warming in list(self._warming.values()):
                 if not warming.done:
-                    at = warming.next_at
+                    at = max(warming.next_at, soonest)
                     deadline = at if deadline is None else min(deadline, at)
         if self.durable and self.active:
             refill = self._refilled_until - self.horizon / 2  # when the wheel needs more
@@ -653,9 +686,8 @@ class Trigger:
                     self._hot.discard(second)  # its instant came: nothing left to prepare ahead
                 elif second <= horizon:
                     self._hot.discard(second)
-                    placed = self._by_second.get(second, [])
-                    todo = placed[::-1]  # taken from the end: the earliest placed first
-                    warming = _Warming(second=second, count=len(todo), todo=todo, next_at=now)
+                    placed = self._by_second.setdefault(second, [])
+                    warming = _Warming(second=second, placed=placed, next_at=now)
                     self._warming[second] = warming
                     began.append(warming)
                 else:
@@ -677,13 +709,13 @@ class Trigger:
         if now >= warming.second:
             warming.done = True  # its instant came: what is left fires from the wheel
             return
-        if not warming.todo and warming.deferred:
+        if not warming.left and warming.deferred:
             if now < warming.retry_at:
                 warming.next_at = warming.retry_at
                 return
-            warming.todo, warming.deferred = warming.deferred[::-1], []
+            warming.again, warming.deferred = warming.deferred, []
         self._slice(warming, now)
-        left = len(warming.todo)
+        left = warming.left
         if left:
             time_left = warming.second - self.PREWARM_LEAD - now
             slices = math.ceil(left / max(1, warming.per_slice))
@@ -694,6 +726,9 @@ class Trigger:
             warming.next_at = warming.retry_at
         else:
             warming.done = True
+            if warming.reported:
+                return
+            warming.reported = True
             log.info(
                 "herd at %s: %d of %d instances prepared (%d successors stored) in %d slices, "
                 "%.3f s of trigger work, the longest slice %.1f ms",
@@ -714,16 +749,13 @@ class Trigger:
         assert planner is not None
         clock = time.perf_counter
         began = clock()
-        todo = warming.todo
         prepared: list[str] = []
         successors: list[Task] = []
         looked = 0
         least = min(self.min_chunk, 64)
-        while todo:
+        while warming.left:
             chunk_began = clock()
-            taken = todo[-self.PREPARE_CHUNK :]
-            del todo[-self.PREPARE_CHUNK :]
-            taken.reverse()
+            taken = warming.take(self.PREPARE_CHUNK)
             looked += len(taken)
             with self.lock:
                 chunk = self._waiting(warming.second, dict.fromkeys(taken))
@@ -807,7 +839,7 @@ class Trigger:
                         successors=warming.successors,
                         deferred=len(warming.deferred),
                         declined=warming.declined,
-                        remaining=len(warming.todo),
+                        remaining=warming.left,
                         work=warming.work,
                         slices=warming.slices,
                         longest_slice=warming.longest_slice,
@@ -832,9 +864,10 @@ class Trigger:
             if (due := instances.get(i)) is not None and floor(due) == second
         ]
         known = set(out)
+        waiting = self._staged
         for due, ids in staged:
             if floor(due) == second:
-                out.extend(i for i in list(ids) if i not in known)
+                out.extend(i for i in list(ids) if i in waiting and i not in known)
         return out
 
     # -- refills and polls ----------------------------------------------------------------------------
