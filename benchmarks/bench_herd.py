@@ -192,12 +192,14 @@ class Longest:
     cpu_clean: float
     steps: int
     collected: int
+    cpu_p99: float
+    over_10ms: int  # steps whose CPU time exceeded 10 ms
 
     def text(self) -> str:
         return (
             f"{_ms(self.wall)} wall / {_ms(self.cpu)} CPU; without the {self.collected} of "
             f"{self.steps} steps with a full collection {_ms(self.wall_clean)} / "
-            f"{_ms(self.cpu_clean)}"
+            f"{_ms(self.cpu_clean)}; p99 {_ms(self.cpu_p99)} CPU, {self.over_10ms} over 10 ms"
         )
 
 
@@ -229,7 +231,10 @@ class StepTimes:
     ) -> Longest:
         chosen = [(b, w, c) for now, b, w, c in self.steps if start <= now < end]
         clean = [(w, c) for b, w, c in chosen if not watch.overlaps(b, b + w)]
+        cpu = sorted(c for _, _, c in chosen)
         return Longest(
+            cpu_p99=cpu[min(len(cpu) - 1, math.ceil(0.99 * len(cpu)) - 1)] if cpu else 0.0,
+            over_10ms=sum(1 for c in cpu if c > 0.010),
             wall=max((w for _, w, _ in chosen), default=0.0),
             wall_clean=max((w for w, _ in clean), default=0.0),
             cpu=max((c for _, _, c in chosen), default=0.0),
@@ -664,10 +669,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     ticks: list[Tick] = []
+    print("    (longest, w/o gc: wall time; p99 and >10ms: the trigger thread's CPU time per step)")
     print(
         f"  {'herd':34s} {'create us':>9s} {'prewarm s':>9s} {'slices':>6s} {'longest':>8s} "
-        f"{'w/o gc':>7s} {'gc':>3s} {'tick s':>7s} {'us each':>8s} {'READY':>8s} "
-        f"{'queued':>7s} {'succ.':>8s} {'ok':>3s}"
+        f"{'w/o gc':>7s} {'gc':>3s} {'p99':>6s} {'>10ms':>5s} {'tick s':>7s} {'us each':>8s} "
+        f"{'READY':>8s} {'queued':>7s} {'succ.':>8s} {'ok':>3s}"
     )
     for label, kw in cases:
         t = fake_tick(label, n, **kw)
@@ -675,7 +681,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  {label:34s} {t.create / n * 1e6:9.1f} {t.prewarm_work:9.2f} {t.slices:6d} "
             f"{t.longest.wall * 1e3:6.1f}ms {t.longest.wall_clean * 1e3:5.1f}ms "
-            f"{t.longest.collected:3d} {t.tick:7.3f} {t.tick / n * 1e6:8.2f} {t.ready:8,} "
+            f"{t.longest.collected:3d} {t.longest.cpu_p99 * 1e3:4.1f}ms {t.longest.over_10ms:5d} "
+            f"{t.tick:7.3f} {t.tick / n * 1e6:8.2f} {t.ready:8,} "
             f"{t.queued:7,} {t.successors:8,} {'yes' if t.correct else 'NO':>3s}",
             flush=True,
         )
