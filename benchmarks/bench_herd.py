@@ -24,8 +24,8 @@ c. the midnight tick (``FakeClock``, a dispatcher that queues READY work and run
    (time until every job is submitted and rescheduled), and a heap that pops the N due timers
    and pushes their successors (the floor).
 d. the herd on the real clock: the system clock shifted so that the herd's midnight falls
-   ``--lead`` seconds after ``start()`` (real sleeps and threads; only the wall-clock reading
-   is moved), a thread pool of ``--workers`` running the no-op: the lateness of the first start
+   about ``--lead`` seconds after ``start()`` (real sleeps and threads; only the wall-clock
+   reading is moved; the schedules are created on the running scheduler), a thread pool of ``--workers`` running the no-op: the lateness of the first start
    and of the last READY transition, the longest trigger step in the minutes before and during
    the herd (steps in which a full garbage collection ran are counted apart: a collection of
    the whole heap pauses every thread, whoever triggers it), and the time until all SUCCEEDED.
@@ -258,12 +258,17 @@ def build(
 ) -> tuple[Scheduler, float]:
     """A scheduler with *n* schedules over *expressions* (round robin); the creation seconds."""
     s = Scheduler(clock=clock, dispatcher=dispatcher, store=store, timezone=timezone_name)
+    return s, populate(s, n, expressions)
+
+
+def populate(s: Scheduler, n: int, expressions: Sequence[str] = ("0 0 * * *",)) -> float:
+    """Schedule *n* herd members over *expressions* (round robin); the seconds it took."""
     k = len(expressions)
     gc.collect()
     t0 = time.perf_counter()
     for i in range(n):
         s.schedule(noop, cron=expressions[i % k], id=f"herd-{i}")
-    return s, time.perf_counter() - t0
+    return time.perf_counter() - t0
 
 
 def create_heap(n: int) -> float:
@@ -462,16 +467,14 @@ class RealHerd:
 
 
 def real_herd(n: int, workers: int, lead: float) -> RealHerd:
-    """A herd of *n* at a midnight *lead* seconds after ``start()``, on the real clock; with no
-    worker (*workers* 0) the READY tasks stay queued and nothing competes with the trigger."""
+    """A herd of *n* at a midnight about *lead* seconds after ``start()``, on the real clock,
+    the schedules created on the running scheduler; with no worker (*workers* 0) the READY
+    tasks stay queued and nothing competes with the trigger."""
     clock = ShiftedClock()
-    per = 60e-6  # seconds per schedule() planned; checked below
+    per = 100e-6  # seconds per schedule() planned: creation ends well before midnight
     clock.offset = (MIDNIGHT - lead - n * per) - time.time()
     dispatcher = ThreadPoolDispatcher(workers) if workers else QueueingDispatcher()
-    s, _ = build(n, clock, dispatcher)
-    left = MIDNIGHT - clock.time()
-    if left < Trigger.PREWARM_LEAD + 2:
-        clock.offset += Trigger.PREWARM_LEAD + 2 - left  # creation was slower than planned
+    s = Scheduler(clock=clock, dispatcher=dispatcher)
     store = s.store
     times = StepTimes()
     marks: dict[str, float] = {}
@@ -486,6 +489,7 @@ def real_herd(n: int, workers: int, lead: float) -> RealHerd:
     with CollectionWatch() as watch:
         began = time.perf_counter()
         with s:
+            populate(s, n)
             while store.count_by_state().get(done, 0) < n:
                 if time.perf_counter() - began > lead + 600 + n / 50:
                     raise RuntimeError(f"herd not drained: {store.count_by_state()}")
@@ -575,6 +579,42 @@ def profile_tick(n: int) -> list[str]:
     return out
 
 
+def real_section(n: int, workers: int, lead: float, rounds: int) -> None:
+    """Section (d): the herd on the real clock, alone and with *workers*."""
+    print(f"\n(d) the herd on the real clock: midnight {lead:g} s after start(), memory store")
+    alone = real_herd(n, 0, lead)
+    print(
+        f"  trigger alone (READY work queued, no worker): last READY {_ms(alone.last_ready)} "
+        f"after midnight; {alone.prepared:,} heads pre-warmed"
+    )
+    print(f"    longest step, the 5 minutes before: {alone.longest_before.text()}")
+    print(f"    longest step, during the herd:      {alone.longest_during.text()}")
+    gc.collect()
+    big = real_herd(n, workers, lead)
+    print(
+        f"  {workers} workers running the no-op: first start {_ms(big.first_start)} "
+        f"after midnight, last READY {_ms(big.last_ready)}, all SUCCEEDED "
+        f"{big.drained:.2f} s"
+    )
+    print(f"    longest step, the 5 minutes before: {big.longest_before.text()}")
+    print(f"    longest step, during the herd:      {big.longest_during.text()}")
+    for label, run in (("alone", alone), ("with workers", big)):
+        if run.collections:
+            print(
+                f"  full collections ({label}): {len(run.collections)}, the longest "
+                f"{_ms(max(run.collections))}"
+            )
+    small = max(1_000, n // 10)
+    firsts = [big.first_start]
+    for _ in range(rounds - 1):
+        gc.collect()
+        firsts.append(real_herd(small, workers, min(lead, 15.0)).first_start)
+    print(
+        f"  first start over {rounds} herds (N={n:,} once, {small:,} after): "
+        f"p50 {_ms(statistics.median(firsts))}; each " + ", ".join(_ms(x) for x in firsts)
+    )
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 
@@ -595,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=None, help="real-clock herds for the p50")
     ap.add_argument("--no-sqlite", action="store_true", help="skip the SQLite tick")
     ap.add_argument("--no-real", action="store_true", help="skip the real-clock section")
+    ap.add_argument("--real-only", action="store_true", help="the real-clock section alone")
     ap.add_argument("--profile-size", type=int, default=None, help="schedules profiled")
     args = ap.parse_args(argv)
     n = args.schedules or (10_000 if args.quick else 100_000)
@@ -608,6 +649,10 @@ def main(argv: list[str] | None = None) -> int:
         f"N={n:,} quick={args.quick}"
     )
     print(f"command: python benchmarks/bench_herd.py {' '.join(argv or sys.argv[1:])}".rstrip())
+    if args.real_only:
+        real_section(n, args.workers, lead, rounds)
+        print(f"\ntotal run time {time.perf_counter() - began:.0f} s")
+        return 0
 
     # (a) + (b)
     clock = FakeClock(MIDNIGHT - 3600)
@@ -708,38 +753,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # (d)
     if not args.no_real:
-        print(f"\n(d) the herd on the real clock: midnight {lead:g} s after start(), memory store")
-        alone = real_herd(n, 0, lead)
-        print(
-            f"  trigger alone (READY work queued, no worker): last READY {_ms(alone.last_ready)} "
-            f"after midnight; {alone.prepared:,} heads pre-warmed"
-        )
-        print(f"    longest step, the 5 minutes before: {alone.longest_before.text()}")
-        print(f"    longest step, during the herd:      {alone.longest_during.text()}")
-        gc.collect()
-        big = real_herd(n, args.workers, lead)
-        print(
-            f"  {args.workers} workers running the no-op: first start {_ms(big.first_start)} "
-            f"after midnight, last READY {_ms(big.last_ready)}, all SUCCEEDED "
-            f"{big.drained:.2f} s"
-        )
-        print(f"    longest step, the 5 minutes before: {big.longest_before.text()}")
-        print(f"    longest step, during the herd:      {big.longest_during.text()}")
-        for label, run in (("alone", alone), ("with workers", big)):
-            if run.collections:
-                print(
-                    f"  full collections ({label}): {len(run.collections)}, the longest "
-                    f"{_ms(max(run.collections))}"
-                )
-        small = max(1_000, n // 10)
-        firsts = [big.first_start]
-        for _ in range(rounds - 1):
-            gc.collect()
-            firsts.append(real_herd(small, args.workers, min(lead, 15.0)).first_start)
-        print(
-            f"  first start over {rounds} herds (N={n:,} once, {small:,} after): "
-            f"p50 {_ms(statistics.median(firsts))}; each " + ", ".join(_ms(x) for x in firsts)
-        )
+        real_section(n, args.workers, lead, rounds)
 
     print("\n".join(profile_tick(n_prof)))
     print(f"\ntotal run time {time.perf_counter() - began:.0f} s")
