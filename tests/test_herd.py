@@ -352,7 +352,8 @@ def test_herds_that_follow_each_other_within_the_look_ahead_all_fire() -> None:
         assert max(pending_heads(sched).values()) <= 2
         assert min(pending_heads(sched).values()) >= 1
         prepared = [h.herd.prepared for h in sched.herds() if h.herd.state == "fired"]
-        assert prepared and all(p == n for p in prepared)
+        assert prepared
+        assert all(p == n for p in prepared)
         assert sched.statistics().missed_fires == 0
 
 
