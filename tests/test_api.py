@@ -17,6 +17,7 @@ EXPECTED = {
     "IntervalRule",
     "Misfire",
     "Overlap",
+    "HerdReport",
     "Registry",
     "Schedule",
     "Step",

@@ -14,7 +14,7 @@ from timewheel.stores.memory import MemoryStore
 from timewheel.stores.sqlite import SQLiteStore
 from timewheel.task import Task, TaskState
 from timewheel.testing import FakeClock
-from timewheel.trigger import FirePlan, Trigger
+from timewheel.trigger import FirePlan, PreparePlan, Trigger
 
 T0 = 1_800_000_000.0
 P, R, RUN = TaskState.PENDING, TaskState.READY, TaskState.RUNNING
@@ -47,6 +47,15 @@ class Planner:
     def fire(self, ids: Sequence[str], now: float) -> FirePlan:
         self.asked.append(list(ids))
         return FirePlan(run=list(ids), successors=[], skipped=[], missed=0)
+
+    def prepare(self, ids: Sequence[str], now: float) -> PreparePlan:
+        return PreparePlan(prepared=[], successors=[], deferred=[])
+
+    def forget(self, ids: Sequence[str]) -> None:
+        pass
+
+    def repair(self, tasks: Sequence[Task], now: float) -> list[Task]:
+        return []
 
 
 def make(

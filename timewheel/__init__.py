@@ -40,7 +40,7 @@ from timewheel.errors import (
 )
 from timewheel.events import Event
 from timewheel.jobs import Job, Step, TaskFunction, step
-from timewheel.recurring import Registry, Schedule
+from timewheel.recurring import HerdReport, Registry, Schedule
 from timewheel.rules import CronRule, IntervalRule, Misfire, Overlap
 from timewheel.runtime import SchedulerStatistics
 from timewheel.scheduler import Scheduler
@@ -62,6 +62,7 @@ __all__ = [
     "DuplicateKeyError",
     "Engine",
     "Event",
+    "HerdReport",
     "InlineDispatcher",
     "IntervalRule",
     "InvalidScheduleError",

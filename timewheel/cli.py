@@ -53,6 +53,7 @@ _SCAN_LIMIT = 50_000  # tasks read to group READY work by function
 _OVERDUE_SLACK = 5.0  # a PENDING task this late means nothing triggers the store
 _HERD_MIN = 100  # a bucket with at least this many tasks ...
 _HERD_FACTOR = 10.0  # ... and this many times the average is a thundering herd
+_HERD_EXAMINED = 10_000  # a herd's instances read to name the schedules behind it
 
 
 class CommandError(SystemExit):
@@ -683,6 +684,30 @@ def _missed_slots(store: Store, now: float) -> list[dict[str, Any]]:
     return out
 
 
+def _herd_behind(
+    store: Store,
+    buckets: list[tuple[float, int]],
+    start: float,
+    width: float,
+    overdue: list[tuple[str, float, str | None]],
+) -> dict[str, Any]:
+    """The schedules behind a herd bucket and whether a scheduler pre-warmed it."""
+    from timewheel.recurring import stored_herd
+
+    before = len(overdue) + sum(n for s, n in buckets if s < start) + 1_000
+    seen = stored_herd(store, start, start + width, before=before, limit=_HERD_EXAMINED)
+    who = seen.schedules
+    return {
+        "rules": [[text, n] for text, n in who.rules],
+        "schedules": list(who.schedules),
+        "instances": who.total,
+        "instances_examined": who.examined,
+        "one_shot": seen.one_shot,
+        "prewarm_checked": seen.checked,
+        "prewarmed": seen.prewarmed,
+    }
+
+
 def _refused(store: Store, allowlist: Allowlist | None) -> list[dict[str, Any]]:
     """Stored references of waiting tasks and schedules that no worker runs (with *allowlist*:
     no worker with that allowlist), judged on their text: nothing is imported."""
@@ -768,6 +793,7 @@ def _collect(opened: _Opened, args: argparse.Namespace, now: float) -> dict[str,
         herd = None
         if peak >= _HERD_MIN and peak >= _HERD_FACTOR * average:
             herd = {"start": peak_start, "count": peak, "times_average": peak / average}
+            herd.update(_herd_behind(store, buckets, peak_start, args.bucket, overdue))
         data["load"] = {
             "horizon": args.horizon,
             "bucket": args.bucket,
@@ -877,10 +903,41 @@ def _print_report(data: dict[str, Any], out: TextIO) -> None:
             "(jitter=, or a random delay) or have enough workers ready",
             file=out,
         )
+        _print_herd(herd, out)
     failures = data["failures"]
     print(f"latest failures ({len(failures)}):", file=out)
     for t in failures:
         print(f"  {_iso(t['updated'])} {t['id']} {t['state']}: {t['error']}", file=out)
+
+
+def _print_herd(herd: dict[str, Any], out: TextIO) -> None:
+    sampled = herd["instances_examined"] < herd["instances"]
+    about = "about " if sampled else ""
+    for text, n in herd["rules"][:5]:
+        print(f"  {about}{n} instances of {text}", file=out)
+    if len(herd["rules"]) > 5:
+        print(f"  ... and {len(herd['rules']) - 5} more rules", file=out)
+    if herd["one_shot"]:
+        print(f"  {herd['one_shot']} one-shot tasks", file=out)
+    if herd["schedules"]:
+        more = herd["instances"] - len(herd["schedules"])
+        names = ", ".join(herd["schedules"]) + (f" and {more} more" if more > 0 else "")
+        print(f"  schedules: {names}", file=out)
+    checked = herd["prewarm_checked"]
+    if checked:
+        done = herd["prewarmed"]
+        state = (
+            "a running scheduler pre-warmed them (next instances already stored)"
+            if done == checked
+            else "not pre-warmed yet (a scheduler does it in the minutes before)"
+            if done == 0
+            else "pre-warming under way"
+        )
+        print(
+            f"  pre-warming: {done} of {checked} schedules checked have their next instance "
+            f"stored ahead: {state}",
+            file=out,
+        )
 
 
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:

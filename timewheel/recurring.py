@@ -22,9 +22,11 @@ from __future__ import annotations
 import math
 import random
 import threading
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from timewheel.clock import to_datetime
@@ -34,24 +36,41 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.jobs import Job
-from timewheel.rules import Misfire, Overlap, Rule, make_rule, plan_misfires, rule_from_spec
+from timewheel.rules import (
+    Misfire,
+    Overlap,
+    Rule,
+    RuleCache,
+    plan_misfires,
+    rule_from_spec,
+    runs_alone,
+)
 from timewheel.stores.base import Store
-from timewheel.task import ScheduleRecord, Task, TaskState
-from timewheel.trigger import FirePlan
+from timewheel.task import TERMINAL_STATES, Retry, ScheduleRecord, Task, TaskState
+from timewheel.trigger import FirePlan, Herd, PreparePlan
 from timewheel.validate import count, seconds
 
 __all__ = [
+    "HerdReport",
+    "HerdSchedules",
     "Recurring",
     "RecurringHost",
     "Registry",
     "Schedule",
+    "StoredHerd",
+    "describe_instances",
     "instance_id",
     "interval_of",
+    "schedule_of",
     "slot_of",
+    "stored_herd",
 ]
 
 _P = TaskState.PENDING
 _BUSY = (TaskState.READY, TaskState.RUNNING)
+_LIVE = (TaskState.PENDING, TaskState.READY, TaskState.RUNNING)
+_COVERED = 10_000  # late plans remembered per runtime (see Recurring._covered)
+_SHARED_OPTIONS = 1_024  # distinct option sets shared among schedules
 
 
 def instance_id(schedule_id: str, slot: float) -> str:
@@ -62,6 +81,11 @@ def instance_id(schedule_id: str, slot: float) -> str:
 def slot_of(task_id: str) -> float:
     """The slot (epoch seconds) encoded in an instance id."""
     return int(task_id.rsplit("@", 1)[1]) / 1_000_000
+
+
+def schedule_of(task_id: str) -> str:
+    """The schedule id encoded in an instance id."""
+    return task_id.rsplit("@", 1)[0]
 
 
 def default_schedule_id(func: Callable[..., Any] | str) -> str:
@@ -94,7 +118,6 @@ def retry_to_spec(retry: Any) -> dict[str, Any] | None:
 def retry_from_spec(spec: Mapping[str, Any] | None) -> Any:
     """Rebuild a ``Retry`` from :func:`retry_to_spec` output."""
     from timewheel.refs import resolve_ref
-    from timewheel.task import Retry
 
     if spec is None:
         return Retry()
@@ -300,17 +323,122 @@ class RecurringHost(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What pre-warming decided for a head instance before its slot (see Recurring.prepare)."""
+
+    schedule_id: str
+    slot: float
+    next_slot: float  # the successor's slot; the successor is stored
+    successor: str
+    version: int  # the head's version when prepared (it moves by one when promoted)
+    policy: Misfire
+    grace: float | None
+    check_overlap: bool  # other instances of the series were live: ask the store at fire time
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HerdSchedules:
+    """The schedules behind a set of instances (see :meth:`Recurring.describe`).
+
+    ``rules`` are ``(rule description, instances)`` pairs, most instances first; ``schedules``
+    a few schedule ids as examples. ``examined`` instances were looked at out of ``total``:
+    beyond :attr:`Recurring.DESCRIBE_LIMIT` an even sample is examined and the counts are
+    scaled to the total.
+    """
+
+    rules: tuple[tuple[str, int], ...]
+    schedules: tuple[str, ...]
+    examined: int
+    total: int
+
+
+@dataclass(slots=True)
+class _Plan:
+    """A FirePlan being built."""
+
+    run: list[str] = field(default_factory=list)
+    successors: list[Task] = field(default_factory=list)
+    skipped: list[tuple[Task, str]] = field(default_factory=list)
+    missed: int = 0
+    expected: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HerdReport:
+    """A herd of recurring instances due in one second, the schedules behind it, and what
+    pre-warming has done (see ``Scheduler.herds``).
+
+    ``herd`` is the trigger's view (count, state, prepared heads, successors stored, the work
+    it took); ``schedules`` names the rules and a few schedule ids behind the instances still
+    waiting (none once they fired). ``str()`` is a one-line warning.
+    """
+
+    at: datetime
+    herd: Herd
+    schedules: HerdSchedules
+
+    def __str__(self) -> str:
+        h, who = self.herd, self.schedules
+        rules = "; ".join(f"{n:,} x {text}" for text, n in who.rules[:3])
+        if len(who.rules) > 3:
+            rules += f"; {len(who.rules) - 3} more rules"
+        if who.examined < who.total:
+            rules += f" (from a sample of {who.examined:,})"
+        names = ", ".join(who.schedules)
+        more = who.total - len(who.schedules)
+        if names and more > 0:
+            names += f" and {more:,} more"
+        behind = f": {rules}; schedules {names}" if rules else ""
+        if h.state == "ahead":
+            done = "pre-warming starts when it is within the look-ahead"
+        elif h.state in ("warming", "warm"):
+            done = (
+                f"pre-warming {'done' if h.state == 'warm' else 'under way'}: {h.prepared:,} "
+                f"heads prepared, {h.successors:,} successors stored ahead, "
+                f"{h.remaining + h.deferred:,} to go, {h.work:.2f} s of trigger work in "
+                f"{h.slices} slices (longest {h.longest_slice * 1e3:.1f} ms)"
+            )
+        else:
+            done = f"{h.state}: {h.prepared:,} heads were prepared ahead"
+        when = self.at.isoformat().replace("+00:00", "Z")
+        return f"herd: {h.count:,} recurring instances due at {when}{behind}; {done}"
+
+
 class Recurring:
     """The runtime's recurring-schedule logic: creating series, planning fired instances (the
-    trigger's :class:`~timewheel.trigger.InstancePlanner`), pause, resume and delete. One per
-    runtime; thread-safe."""
+    trigger's :class:`~timewheel.trigger.InstancePlanner`), pre-warming herds, pause, resume and
+    delete. One per runtime; thread-safe.
+
+    Rules are shared by spec (:class:`~timewheel.rules.RuleCache`), and cron rules share their
+    instants by expression and zone, so schedules with one rule compute each next slot once.
+    """
+
+    #: instances examined by :meth:`describe` before it samples
+    DESCRIBE_LIMIT = 10_000
 
     def __init__(self, host: RecurringHost) -> None:
         self.host = host
         self._lock = threading.RLock()
-        self._rules: dict[str, tuple[int, Rule]] = {}  # schedule id -> (version, rule)
+        self._rules = RuleCache()
+        self._retries: dict[tuple[Any, ...], Any] = {}  # stored retry spec -> Retry
+        # option values -> a shared read-only mapping of them (read without the lock)
+        self._options: dict[tuple[Any, ...] | None, Mapping[str, Any]] = {}
         self._held: dict[str, list[str]] = {}
         self._rng = random.Random()
+        # pre-warmed heads: id -> what was decided (an entry leaves when its head fires)
+        self._prepared: dict[str, _Prepared] = {}
+        # per schedule, its last prepared head; per stored successor, the head it follows.
+        # Preparing a successor before its head fired would put a third live instance in the
+        # series, so it waits. Both are checked against _prepared, not kept exact: firing a
+        # herd then costs one dictionary operation per head.
+        self._prepared_head: dict[str, str] = {}
+        self._early: dict[str, str] = {}
+        # Late plans: schedule id -> (the instant of the plan, the slots it ran as catch-ups).
+        # A fresh instance of the series with a slot at or before that instant was stored
+        # ahead (pre-warmed) and its slot is decided already: it runs only as one of those
+        # catch-ups. Bounded: the oldest are dropped (such instances fire at once).
+        self._covered: OrderedDict[str, tuple[float, frozenset[float]]] = OrderedDict()
 
     @property
     def store(self) -> Store:
@@ -319,18 +447,81 @@ class Recurring:
 
     # -- rules and records ---------------------------------------------------------------------
     def rule(self, rec: ScheduleRecord) -> Rule:
-        """The rule of *rec*, built once per schedule version (rules keep croniter iterators)."""
-        with self._lock:
-            got = self._rules.get(rec.id)
-            if got is not None and got[0] == rec.version:
-                return got[1]
-            r = rule_from_spec(rec.rule)
-            self._rules[rec.id] = (rec.version, r)
-            return r
+        """The rule of *rec*, shared with every schedule whose rule has the same spec."""
+        return self._rules.from_spec(rec.rule)
+
+    def _options_of(
+        self,
+        template: Task,
+        misfire: Misfire,
+        grace: float | None,
+        overlap: Overlap,
+        max_instances: int,
+        max_runs: int,
+    ) -> Mapping[str, Any]:
+        """A schedule's options as a read-only mapping shared by every schedule with the same
+        (most of a herd's schedules have the same: one mapping instead of one dict each)."""
+        retry = template.retry
+        key: tuple[Any, ...] | None = (
+            template.priority,
+            template.queue,
+            template.timeout,
+            retry,
+            misfire,
+            grace,
+            overlap,
+            max_instances,
+            max_runs,
+        )
+        try:
+            shared = self._options.get(key)
+        except TypeError:  # a retry policy that cannot be hashed: not shared
+            key, shared = None, None
+        if shared is None:
+            options = {
+                "priority": template.priority,
+                "queue": template.queue,
+                "timeout": template.timeout,
+                "retry": retry_to_spec(retry) if self.store.durable else retry,
+                "misfire": misfire.value,
+                "misfire_grace": grace,
+                "overlap": overlap.value,
+                "max_instances": max_instances,
+                "max_runs": max_runs,
+            }
+            shared = MappingProxyType(options)
+            if key is not None:
+                if len(self._options) >= _SHARED_OPTIONS:
+                    self._options.clear()  # many distinct option sets: start over
+                self._options[key] = shared
+        return shared
+
+    def _retry(self, spec: Mapping[str, Any] | None) -> Any:
+        """The ``Retry`` of a stored spec, built once per distinct spec (its exception types
+        are imported by name: too slow to do for every instance of a herd)."""
+        if spec is None:
+            key: tuple[Any, ...] = ()
+        else:
+            key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in spec.items())
+        try:
+            retry = self._retries.get(key)
+        except TypeError:  # an unhashable part: build it every time
+            return retry_from_spec(spec)
+        if retry is None:
+            retry = retry_from_spec(spec)
+            if len(self._retries) >= _SHARED_OPTIONS:
+                self._retries.clear()
+            self._retries[key] = retry
+        return retry
 
     def head(self, schedule_id: str) -> Task | None:
-        """The pending head instance of a series, if any."""
+        """The pending head instance of a series, if any: its earliest fresh instance (a
+        pre-warmed successor may already be stored behind it; catch-up runs and retries are
+        not heads)."""
         pend = self.store.tasks(state=_P, schedule_id=schedule_id)
+        for t in pend:
+            if t.attempts == 0 and not t.extra.get("catchup"):
+                return t
         return pend[-1] if pend else None
 
     def create(
@@ -379,34 +570,25 @@ class Recurring:
             tz = self.host.timezone
         if every is not None and start is None:
             start = now
-        rule = make_rule(cron=cron, every=every, tz=tz, start=start, end=end, jitter=jitter)
+        rule, spec = self._rules.make(
+            cron=cron, every=every, tz=tz, start=start, end=end, jitter=jitter
+        )
         sid = schedule_id if schedule_id is not None else default_schedule_id(func)
         if not isinstance(sid, str) or not sid or "@" in sid:
             raise InvalidScheduleError(
                 f"schedule id must be a non-empty string without '@' (got {sid!r})"
             )
-        options: dict[str, Any] = {
-            "priority": template.priority,
-            "queue": template.queue,
-            "timeout": template.timeout,
-            "retry": retry_to_spec(template.retry) if self.store.durable else template.retry,
-            "misfire": misfire.value,
-            "misfire_grace": grace,
-            "overlap": overlap.value,
-            "max_instances": max_instances,
-            "max_runs": max_runs,
-        }
+        store = self.store
         rec = ScheduleRecord(
             id=sid,
             func=template.func,
             args=template.args,
             kwargs=template.kwargs,
-            rule=rule.to_spec(),
-            options=options,
+            rule=spec,
+            options=self._options_of(template, misfire, grace, overlap, max_instances, max_runs),
             created=now,
             updated=now,
         )
-        store = self.store
         old = store.get_schedule(sid)
         if old is not None:
             if on_conflict == "keep" or _same_definition(old, rec):
@@ -419,24 +601,34 @@ class Recurring:
                     "or 'keep', or another id="
                 )
         first_slot = rule.next_after(now)
-        first = None if first_slot is None else self._instance(rec, first_slot, rule)
-        old_heads = [t.id for t in store.tasks(state=_P, schedule_id=sid)]
-        stored = store.put_schedule(rec, first=first, on_conflict="replace")
-        with self._lock:
-            self._rules[sid] = (stored.version, rule)  # the first fire needs no rebuild
-        self.host.unindex(old_heads)
+        first = None if first_slot is None else self._instance(rec, first_slot, rule, now=now)
+        if old is not None:
+            self._drop_stored_ahead(sid)
+            old_heads = [t.id for t in store.tasks(state=_P, schedule_id=sid)]
+            store.put_schedule(rec, first=first, on_conflict="replace")
+            self._forget_schedule(sid)
+            self.host.unindex(old_heads)
+        else:
+            store.put_schedule(rec, first=first, on_conflict="replace")
         if first is not None:
             self.host.index(first)
         return Schedule(self, sid)
 
     def _instance(
-        self, rec: ScheduleRecord, slot: float, rule: Rule, *, catchup: bool = False
+        self,
+        rec: ScheduleRecord,
+        slot: float,
+        rule: Rule,
+        *,
+        catchup: bool = False,
+        now: float | None = None,
     ) -> Task:
         o = rec.options
         retry = o.get("retry")
-        if retry is None or isinstance(retry, Mapping):
-            retry = retry_from_spec(retry)
-        now = self.host.clock.time()
+        if retry.__class__ is not Retry and not isinstance(retry, Retry):
+            retry = self._retry(retry)  # a durable store keeps the policy as its spec
+        if now is None:
+            now = self.host.clock.time()
         due = slot if catchup else rule.jittered(slot, self._rng)
         return Task(
             id=instance_id(rec.id, slot),
@@ -456,76 +648,291 @@ class Recurring:
 
     # -- firing ------------------------------------------------------------------------------
     def fire(self, ids: Sequence[str], now: float) -> FirePlan:
-        """Decide, for fired instance ids, which run, which are skipped, and the next heads."""
-        store = self.store
-        run: list[str] = []
-        successors: list[Task] = []
-        skipped: list[tuple[Task, str]] = []
-        missed = 0
-        for tid in ids:
+        """Decide, for fired instance ids, which run, which are skipped, and the next heads.
+
+        A head prepared by :meth:`prepare` has its successor stored already: unless it fires
+        later than that successor's slot, only the misfire check of one due slot and, when the
+        series had other live instances, the overlap check remain (both against *now*).
+        """
+        plan = _Plan()
+        slow: list[str] = []
+        asked: list[tuple[str, _Prepared]] = []
+        if self._prepared:
+            run, expected = plan.run, plan.expected
+            with self._lock:
+                table = self._prepared
+                for tid in ids:
+                    entry = table.pop(tid, None)
+                    if entry is None:
+                        slow.append(tid)
+                    elif (
+                        now < entry.next_slot
+                        and not entry.check_overlap
+                        and (entry.policy is Misfire.RUN_ONCE or entry.grace is None)
+                    ):
+                        run.append(tid)  # on time, nothing else live: it runs
+                        expected[tid] = entry.version
+                    else:
+                        asked.append((tid, entry))
+        else:
+            slow = list(ids)
+        for tid, entry in asked:
+            if now >= entry.next_slot:
+                slow.append(tid)  # later than its successor: the full plan decides
+            else:
+                self._fire_prepared(tid, entry, now, plan)
+        for tid in slow:
+            self._fire_one(tid, now, plan)
+        return FirePlan(plan.run, plan.successors, plan.skipped, plan.missed, plan.expected)
+
+    def _fire_prepared(self, tid: str, entry: _Prepared, now: float, plan: _Plan) -> None:
+        if not runs_alone(entry.slot, now, policy=entry.policy, grace=entry.grace):
+            plan.missed += 1
+            t = self.store.find(tid)
+            if t is not None and t.state is _P:
+                late = f"late by {now - entry.slot:.3f} s, policy {entry.policy.value}"
+                plan.skipped.append((t, f"misfire: {late}"))
+            return
+        if entry.check_overlap:
+            store = self.store
             t = store.find(tid)
             if t is None or t.state is not _P:
+                return
+            rec = store.get_schedule(entry.schedule_id)
+            if rec is None or rec.paused:
+                self._fire_one(tid, now, plan)  # the full path says why it does not run
+                return
+            verdict = self._overlap(rec, 1, t)
+            if verdict == "skip":
+                plan.missed += 1
+                plan.skipped.append((t, "overlap: the previous run is still going"))
+                return
+            if verdict == "hold":
+                return
+        plan.run.append(tid)
+        plan.expected[tid] = entry.version
+
+    def _fire_one(self, tid: str, now: float, plan: _Plan) -> None:
+        store = self.store
+        t = store.find(tid)
+        if t is None or t.state is not _P:
+            return
+        if t.schedule_id is None:  # an ordinary task whose id happens to contain "@"
+            plan.run.append(tid)
+            return
+        rec = store.get_schedule(t.schedule_id)
+        if rec is None:
+            plan.skipped.append((t, "its schedule was deleted"))
+            return
+        if rec.paused:
+            plan.skipped.append((t, "its schedule is paused"))
+            return
+        opts = rec.options
+        if t.attempts > 0:
+            # a retry, or a re-run after a lost lease: the same run continuing. Its slot was
+            # planned and its successor materialized when it first fired; run it again.
+            plan.run.append(tid)
+            return
+        # the exact slot (the id rounds it to microseconds, enough to name it, not to
+        # compare it with the rule's own arithmetic)
+        slot = float(t.extra.get("slot", slot_of(tid)))
+        catchup = bool(t.extra.get("catchup"))
+        if not catchup:
+            covered = self._covered.get(rec.id)
+            if covered is not None and slot <= covered[0]:
+                if slot not in covered[1]:
+                    plan.skipped.append(
+                        (t, f"superseded: the late run of its schedule at {now:.3f} covered it")
+                    )
+                    return
+                catchup = True  # a catch-up slot of that run, stored ahead of it
+        if catchup:
+            verdict = self._overlap(rec, 1, t)
+            if verdict == "run":
+                plan.run.append(tid)
+            elif verdict == "skip":
+                plan.missed += 1
+                plan.skipped.append((t, "overlap: the previous run is still going"))
+            return
+        rule = self.rule(rec)
+        policy = Misfire(opts.get("misfire", "run_once"))
+        grace = opts.get("misfire_grace")
+        if grace is None:
+            grace = policy.default_grace
+        decided = plan_misfires(
+            rule,
+            math.nextafter(slot, -math.inf),
+            now,
+            policy=policy,
+            grace=grace,
+            max_runs=opts.get("max_runs", 100),
+            first=slot,  # known: the rule steps on from it instead of restarting
+        )
+        plan.missed += decided.skipped
+        runs = list(decided.run)
+        if decided.due > 1 or not decided.due_exact:
+            self._cover(rec.id, now, runs[1:])
+        next_slot = decided.next_slot
+        if next_slot is not None:
+            plan.successors.append(self._instance(rec, next_slot, rule, now=now))
+        if not runs:
+            plan.skipped.append((t, f"misfire: late by {now - slot:.3f} s, policy {policy.value}"))
+            return
+        verdict = self._overlap(rec, len(runs), t)
+        if verdict == "skip":
+            plan.missed += len(runs)
+            plan.skipped.append((t, "overlap: the previous run is still going"))
+            return
+        if verdict == "hold":
+            return
+        plan.run.append(tid)
+        for extra_slot in runs[1:]:
+            plan.successors.append(self._instance(rec, extra_slot, rule, catchup=True, now=now))
+
+    def _cover(self, schedule_id: str, now: float, catchups: Sequence[float]) -> None:
+        with self._lock:
+            covered = self._covered
+            covered[schedule_id] = (now, frozenset(catchups))
+            covered.move_to_end(schedule_id)
+            while len(covered) > _COVERED:
+                covered.popitem(last=False)
+
+    # -- pre-warming -----------------------------------------------------------------------------
+    def prepare(self, ids: Sequence[str], now: float) -> PreparePlan:
+        """Pre-warm head instances due soon: compute and return each one's successor (for the
+        trigger to store before the head's slot) and remember what was decided, so that firing
+        them does only what depends on the instant (see :meth:`fire`).
+
+        Only fresh heads of running series are prepared. A head whose series already has a
+        prepared head (its own predecessor, not fired yet) is *deferred*: preparing it would
+        put a third live instance in the series; the trigger asks again later.
+        """
+        store = self.store
+        entries: list[tuple[str, _Prepared]] = []
+        successors: list[Task] = []
+        deferred: list[str] = []
+        taken: set[str] = set()
+        table, heads, early = self._prepared, self._prepared_head, self._early
+        for tid in ids:
+            if tid in table:
                 continue
-            if t.schedule_id is None:  # an ordinary task whose id happens to contain "@"
-                run.append(tid)
+            sid = schedule_of(tid)
+            # a prepared head of the series that has not fired yet (the maps are updated
+            # lazily: an entry whose head fired, and left the table, no longer counts)
+            before = early.get(tid)
+            if sid in taken or heads.get(sid) in table or (before is not None and before in table):
+                deferred.append(tid)
                 continue
-            rec = store.get_schedule(t.schedule_id)
-            if rec is None:
-                skipped.append((t, "its schedule was deleted"))
+            # the series' live instances: the head among them, and whether any other is live
+            # (then the overlap policy is asked again at the instant)
+            live = store.tasks(state=_LIVE, schedule_id=sid)
+            t = next((x for x in live if x.id == tid), None)
+            if t is None or t.state is not _P or t.schedule_id != sid:
                 continue
-            if rec.paused:
-                skipped.append((t, "its schedule is paused"))
+            if t.attempts > 0 or t.extra.get("catchup"):
                 continue
-            opts = rec.options
-            if t.attempts > 0:
-                # a retry, or a re-run after a lost lease: the same run continuing. Its slot was
-                # planned and its successor materialized when it first fired; run it again.
-                run.append(tid)
-                continue
-            if t.extra.get("catchup"):
-                verdict = self._overlap(rec, 1, t)
-                if verdict == "run":
-                    run.append(tid)
-                elif verdict == "skip":
-                    missed += 1
-                    skipped.append((t, "overlap: the previous run is still going"))
+            rec = store.get_schedule(sid)
+            if rec is None or rec.paused:
                 continue
             rule = self.rule(rec)
-            # the exact slot (the id rounds it to microseconds, enough to name it, not to
-            # compare it with the rule's own arithmetic)
-            slot = float(t.extra.get("slot", slot_of(tid)))
+            exact = t.extra.get("slot")
+            slot = float(exact) if exact is not None else slot_of(tid)
+            next_slot = rule.next_after(slot)
+            if next_slot is None:
+                continue  # the series ends with this head: nothing to store ahead
+            successor = self._instance(rec, next_slot, rule, now=now)
+            opts = rec.options
             policy = Misfire(opts.get("misfire", "run_once"))
             grace = opts.get("misfire_grace")
-            if grace is None:
-                grace = policy.default_grace
-            plan = plan_misfires(
-                rule,
-                math.nextafter(slot, -math.inf),
-                now,
-                policy=policy,
-                grace=grace,
-                max_runs=opts.get("max_runs", 100),
-                first=slot,  # known: the rule steps on from it instead of restarting
+            entries.append(
+                (
+                    tid,
+                    _Prepared(
+                        schedule_id=sid,
+                        slot=slot,
+                        next_slot=next_slot,
+                        successor=successor.id,
+                        version=t.version,
+                        policy=policy,
+                        grace=policy.default_grace if grace is None else grace,
+                        check_overlap=any(x.id != tid for x in live),
+                    ),
+                )
             )
-            missed += plan.skipped
-            runs = list(plan.run)
-            next_slot = plan.next_slot
+            successors.append(successor)
+            taken.add(sid)
+        with self._lock:
+            if len(early) > 2 * len(table) + 1_000:  # drop the entries of heads that fired
+                for gone in [follows for follows, head in early.items() if head not in table]:
+                    del early[gone]
+            for tid, entry in entries:
+                table[tid] = entry
+                heads[entry.schedule_id] = tid
+                early[entry.successor] = tid
+        return PreparePlan([tid for tid, _ in entries], successors, deferred)
+
+    def forget(self, ids: Sequence[str]) -> None:
+        """Drop what :meth:`prepare` decided for *ids* (unindexed, or their successors could
+        not be stored): they fire through the full plan."""
+        with self._lock:
+            for tid in ids:
+                entry = self._prepared.pop(tid, None)
+                if entry is not None:
+                    if self._prepared_head.get(entry.schedule_id) == tid:
+                        del self._prepared_head[entry.schedule_id]
+                    self._early.pop(entry.successor, None)
+
+    def repair(self, tasks: Sequence[Task], now: float) -> list[Task]:
+        """Successors for prepared heads that were replaced between their preparation and
+        their promotion (their version moved; a replaced schedule cancels the pre-warmed
+        successor): the next instance under the schedule as it is now."""
+        store = self.store
+        out: list[Task] = []
+        for t in tasks:
+            if t.schedule_id is None:
+                continue
+            rec = store.get_schedule(t.schedule_id)
+            if rec is None or rec.paused:
+                continue
+            rule = self.rule(rec)
+            slot = float(t.extra.get("slot", slot_of(t.id)))
+            next_slot = rule.next_after(max(slot, now))
             if next_slot is not None:
-                successors.append(self._instance(rec, next_slot, rule))
-            if not runs:
-                skipped.append((t, f"misfire: late by {now - slot:.3f} s, policy {policy.value}"))
-                continue
-            verdict = self._overlap(rec, len(runs), t)
-            if verdict == "skip":
-                missed += len(runs)
-                skipped.append((t, "overlap: the previous run is still going"))
-                continue
-            if verdict == "hold":
-                continue
-            run.append(tid)
-            for extra_slot in runs[1:]:
-                successors.append(self._instance(rec, extra_slot, rule, catchup=True))
-        return FirePlan(run, successors, skipped, missed)
+                out.append(self._instance(rec, next_slot, rule, now=now))
+        return out
+
+    def report(self, herd: Herd, ids: Sequence[str]) -> HerdReport:
+        """A :class:`HerdReport` for the trigger's *herd*, whose waiting instances are *ids*."""
+        return HerdReport(at=to_datetime(herd.start), herd=herd, schedules=self.describe(ids))
+
+    def _drop_stored_ahead(self, schedule_id: str) -> None:
+        """Delete the instances pre-warming stored behind the series' head, before the series
+        is paused, replaced or deleted: cancelled instead, they would keep their slot's id
+        taken, and the next instance planned for that slot (after a resume, or by the
+        replacing definition) would never be stored."""
+        pending = self.store.tasks(state=_P, schedule_id=schedule_id)
+        fresh = [t.id for t in pending if t.attempts == 0 and not t.extra.get("catchup")]
+        ahead = fresh[1:]
+        if ahead:
+            self.host.unindex(ahead)
+            for task_id in ahead:
+                self.store.delete(task_id)
+
+    def _forget_schedule(self, schedule_id: str) -> None:
+        """The schedule was replaced, paused, resumed or deleted here: what was prepared or
+        remembered for it no longer holds."""
+        with self._lock:
+            head = self._prepared_head.pop(schedule_id, None)
+            if head is not None:
+                entry = self._prepared.pop(head, None)
+                if entry is not None:
+                    self._early.pop(entry.successor, None)
+            self._covered.pop(schedule_id, None)
+
+    def describe(self, ids: Sequence[str]) -> HerdSchedules:
+        """The schedules behind instance *ids* (a herd): instances per rule, a few schedule
+        ids. Beyond :attr:`DESCRIBE_LIMIT` ids an even sample is examined."""
+        return describe_instances(self.store, ids, limit=self.DESCRIBE_LIMIT, rules=self._rules)
 
     def _overlap(self, rec: ScheduleRecord, n: int, t: Task) -> str:
         busy = [x for x in self.store.tasks(state=_BUSY, schedule_id=rec.id) if x.id != t.id]
@@ -547,6 +954,7 @@ class Recurring:
 
     # -- pause / resume / delete -------------------------------------------------------------------
     def set_paused(self, schedule_id: str, paused: bool) -> None:
+        """Pause (cancel the pending instances) or resume (a head at the first slot after now)."""
         store = self.store
         while True:
             rec = store.get_schedule(schedule_id)
@@ -564,7 +972,9 @@ class Recurring:
             except VersionConflictError:
                 continue
             break
+        self._forget_schedule(schedule_id)
         if paused:
+            self._drop_stored_ahead(schedule_id)
             for t in store.tasks(state=_P, schedule_id=schedule_id):
                 self.host.cancel(t.id)
             return
@@ -572,17 +982,101 @@ class Recurring:
         nxt = rule.next_after(self.host.clock.time())
         if nxt is not None:
             inst = self._instance(rec, nxt, rule)
-            changed = store.insert(inst, on_conflict="keep")
+            existing = store.find(inst.id)
+            # the head cancelled by the pause has this slot's id when resumed before its slot
+            replace = existing is not None and existing.state in TERMINAL_STATES
+            changed = store.insert(inst, on_conflict="replace" if replace else "keep")
             self.host.index(changed.task)
 
     def delete(self, schedule_id: str) -> bool:
+        """Delete the schedule and cancel its instances that have not started."""
         store = self.store
+        self._drop_stored_ahead(schedule_id)
         heads = [t.id for t in store.tasks(state=_P, schedule_id=schedule_id)]
         ok = store.delete_schedule(schedule_id)
+        self._forget_schedule(schedule_id)
         self.host.unindex(heads)
         with self._lock:
             self._held.pop(schedule_id, None)
         return ok
+
+
+def describe_instances(
+    store: Store, ids: Sequence[str], *, limit: int = 10_000, rules: RuleCache | None = None
+) -> HerdSchedules:
+    """The schedules behind the instance *ids* of *store*: instances per rule description and a
+    few schedule ids. Beyond *limit* ids an even sample is examined and counts are scaled."""
+    total = len(ids)
+    step = max(1, math.ceil(total / limit))
+    sample = ids[::step]
+    by_schedule: Counter[str] = Counter(schedule_of(tid) for tid in sample)
+    by_rule: Counter[str] = Counter()
+    described: dict[tuple[tuple[str, Any], ...], str] = {}
+    for sid, n in by_schedule.items():
+        rec = store.get_schedule(sid)
+        if rec is None:
+            by_rule["(schedule deleted)"] += n
+            continue
+        key = tuple(rec.rule.items())
+        text = described.get(key)
+        if text is None:
+            try:
+                rule = rule_from_spec(rec.rule) if rules is None else rules.from_spec(rec.rule)
+                text = rule.describe()
+            except InvalidScheduleError:  # a rule this version cannot read
+                text = f"rule {dict(rec.rule)!r}"
+            described[key] = text
+        by_rule[text] += n
+    scale = total / len(sample) if sample else 0.0
+    return HerdSchedules(
+        rules=tuple((text, round(n * scale)) for text, n in by_rule.most_common()),
+        schedules=tuple(sorted(by_schedule)[:5]),
+        examined=len(sample),
+        total=total,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredHerd:
+    """A herd as a store shows it (see :func:`stored_herd`): the schedules behind its PENDING
+    instances, its one-shot tasks, and how many of the schedules checked (``checked``) already
+    have their next instance stored behind the herd's (``prewarmed``): a running scheduler
+    pre-warmed them."""
+
+    schedules: HerdSchedules
+    one_shot: int
+    checked: int
+    prewarmed: int
+
+
+def stored_herd(
+    store: Store, start: float, end: float, *, before: int, limit: int = 10_000
+) -> StoredHerd:
+    """What is behind the PENDING tasks of *store* due in ``[start, end)``, read from the store
+    alone (``timewheel inspect``). *before* is about how many PENDING tasks are due before
+    *start* (they are read past); at most *limit* of the herd's rows are read, and the
+    pre-warming check looks at up to 200 of its schedules."""
+    rows = store.due_before(end, limit=before + limit)
+    herd = [(tid, sid) for tid, due, sid in rows if due >= start]
+    instances = [tid for tid, sid in herd if sid is not None]
+    described = describe_instances(store, instances, limit=limit)
+    sids = sorted({schedule_of(tid) for tid in instances})
+    checked = sids[:: max(1, math.ceil(len(sids) / 200))]
+    prewarmed = 0
+    for sid in checked:
+        fresh = [
+            t
+            for t in store.tasks(state=_P, schedule_id=sid)
+            if t.attempts == 0 and not t.extra.get("catchup")
+        ]
+        if len(fresh) >= 2 and fresh[0].due < end <= fresh[1].due:
+            prewarmed += 1
+    return StoredHerd(
+        schedules=described,
+        one_shot=len(herd) - len(instances),
+        checked=len(checked),
+        prewarmed=prewarmed,
+    )
 
 
 def _same_definition(a: ScheduleRecord, b: ScheduleRecord) -> bool:

@@ -61,29 +61,35 @@ import heapq
 import math
 import random
 import threading
-from collections import deque
+from bisect import bisect_right, insort
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
+from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
-from timewheel._cronexpr import parse_cron
+from timewheel._cronexpr import CronExpression, parse_cron
 from timewheel.errors import InvalidScheduleError
 
 __all__ = [
     "CronRule",
+    "CronSlots",
     "IntervalRule",
     "Misfire",
     "MisfirePlan",
     "Overlap",
     "Rule",
+    "RuleCache",
+    "cron_slots",
     "make_rule",
     "parse_every",
     "plan_misfires",
     "resolve_zone",
     "rule_from_spec",
+    "runs_alone",
 ]
 
 _UTC = timezone.utc
@@ -271,150 +277,148 @@ def _merged(streams: Iterable[Iterator[float]]) -> Iterator[float]:
             yield value
 
 
-class CronRule:
-    """A cron expression evaluated on the wall clock of a zone (see the module docstring).
+def cron_slots(expr: str, zone: ZoneInfo) -> CronSlots:
+    """The :class:`CronSlots` of a valid expression in *zone*, shared: one per expression and zone
+    among the last :data:`SHARED_SLOTS` asked for (a rule keeps its own alive while it lives)."""
+    key = (expr, zone.key)
+    with _SHARED_LOCK:
+        slots = _SHARED.get(key)
+        if slots is not None:
+            _SHARED.move_to_end(key)
+            return slots
+    slots = CronSlots(parse_cron(expr), zone)
+    with _SHARED_LOCK:
+        slots = _SHARED.setdefault(key, slots)
+        while len(_SHARED) > SHARED_SLOTS:
+            _SHARED.popitem(last=False)
+    return slots
 
-    ``CronRule(expr, tz=None, *, jitter=0, start=None, end=None)``: ``tz`` is an IANA zone name or
-    a :class:`~zoneinfo.ZoneInfo` (None means UTC). ``start``/``end`` (UTC epoch seconds or aware
-    datetimes) bound the fire times: ``start <= fire < end``. ``jitter`` seconds are added to the
-    run time by :meth:`jittered`, never to the slot.
 
-    The rule keeps one croniter iterator, so asking for the next fire after the value it last
-    returned costs one croniter step (about 40-70 us); any other ``t`` re-seeks (about 2-3x).
-    Thread-safe (one lock per rule).
+SHARED_SLOTS = 4096
+"""How many (expression, zone) pairs :func:`cron_slots` keeps shared (least recently used go)."""
+_SHARED: OrderedDict[tuple[str, str | None], CronSlots] = OrderedDict()
+_SHARED_LOCK = threading.Lock()
+
+
+class CronSlots:
+    """The fire instants of one cron expression in one zone, shared by every rule that has them.
+
+    A :class:`CronRule` asks its slots for the first instant after ``t``; rules with the same
+    expression and zone (whatever their ``start``, ``end`` or jitter) share one ``CronSlots``
+    through :func:`cron_slots`, so 100,000 schedules at ``0 0 * * *`` in one zone compute each
+    instant once, not 100,000 times.
+
+    Two things make repeated questions cheap:
+
+    * one kept croniter iterator: asking for the instant after the one it last returned costs
+      one croniter step (about 40-70 µs); any other ``t`` re-seeks (about 2-3x);
+    * a memo of known gaps: ``next_after(t) == r`` means no instant lies in ``(t, r)``, so every
+      ``t'`` in ``[t, r)`` has the same answer. The memo keeps at most :attr:`MEMO` such
+      intervals (the earliest are dropped first, since time moves forward), and answers any
+      question that falls in one with a bisection, without croniter. The set of fire instants
+      is a fixed function of the expression and the zone (DST included), so a remembered gap
+      never goes stale.
+
+    Thread-safe (one lock).
     """
 
     __slots__ = (
-        "_end",
+        "_ends",
         "_gen",
-        "_jitter",
         "_last",
         "_lock",
         "_parsed",
-        "_start",
+        "_recent",
+        "_starts",
         "_utc",
         "_zone",
+        "computed",
+        "remembered",
     )
 
+    #: the most gaps remembered per expression and zone
+    MEMO = 256
     # fast-path: at most this many stream values are skipped before re-seeking
     _MAX_SKIP = 32
 
-    def __init__(
-        self,
-        expr: str,
-        tz: str | ZoneInfo | None = None,
-        *,
-        jitter: float = 0.0,
-        start: float | datetime | None = None,
-        end: float | datetime | None = None,
-    ) -> None:
-        self._zone = resolve_zone(tz)
-        self._parsed = parse_cron(expr)
-        self._utc = self._zone.key in _UTC_KEYS
-        self._jitter = _jitter(jitter)
-        self._start = _optional_instant("start", start)
-        self._end = _optional_instant("end", end)
-        _check_window(self._start, self._end)
+    def __init__(self, parsed: CronExpression, zone: ZoneInfo) -> None:
+        self._parsed = parsed
+        self._zone = zone
+        self._utc = zone.key in _UTC_KEYS
         self._lock = threading.Lock()
         self._gen: Iterator[float] | None = None
         self._last: float | None = None
-
-    # -- public -----------------------------------------------------------------------------
-
-    @property
-    def expr(self) -> str:
-        """The expression as written."""
-        return self._parsed.source
-
-    @property
-    def zone(self) -> ZoneInfo:
-        """The evaluation zone."""
-        return self._zone
-
-    @property
-    def jitter(self) -> float:
-        """Maximum jitter in seconds added by :meth:`jittered`."""
-        return self._jitter
-
-    @property
-    def fixed_time(self) -> bool:
-        """True for a Vixie fixed-time job (neither minute nor hour field starts with ``*``)."""
-        return self._parsed.fixed
+        self._ends: list[float] = []  # the answers r of the remembered gaps, increasing
+        self._starts: dict[float, float] = {}  # r -> the earliest t known to answer r
+        self._recent = (math.inf, -math.inf)  # the gap answered last: (t, r)
+        #: instants computed with croniter (questions the memo could not answer)
+        self.computed = 0
+        #: questions answered from the memo
+        self.remembered = 0
 
     def next_after(self, t: float) -> float | None:
-        """Return the first fire instant strictly after ``t`` (UTC epoch seconds).
-
-        Returns None once ``end`` is reached (or, for pathological expressions, when croniter
-        finds no match within 50 years).
-        """
-        t = _finite("t", t)
-        if self._start is not None and t < self._start:
-            t = math.nextafter(self._start, -math.inf)
+        """The first fire instant strictly after ``t``; None when croniter finds none."""
+        low, end = self._recent  # one read of one tuple: consistent without the lock
+        if low <= t < end:
+            self.remembered += 1
+            return end
         with self._lock:
-            result = self._next_locked(t)
-        if result is not None and self._end is not None and result >= self._end:
-            return None
-        return result
+            ends = self._ends
+            i = bisect_right(ends, t)
+            if i < len(ends):
+                end = ends[i]
+                low = self._starts[end]
+                if low <= t:
+                    self.remembered += 1
+                    self._recent = (low, end)
+                    return end
+            self.computed += 1
+            value, low = self._next_locked(t)
+            if value is not None:
+                self._remember(low, value)
+                self._recent = (self._starts[value], value)
+            return value
 
-    def jittered(self, slot: float, rng: random.Random) -> float:
-        """Return ``slot + rng.uniform(0, jitter)`` (``slot`` itself when jitter is 0)."""
-        if self._jitter == 0:
-            return slot
-        return slot + rng.uniform(0.0, self._jitter)
+    def __len__(self) -> int:
+        """How many gaps are remembered."""
+        return len(self._ends)
 
-    def describe(self) -> str:
-        """E.g. ``cron '30 2 * * *' in America/New_York (fixed-time)``."""
-        kind = "fixed-time" if self._parsed.fixed else "wildcard"
-        text = f"cron {self._parsed.source!r} in {self._zone.key} ({kind})"
-        if self._jitter:
-            text += f", jitter {self._jitter:g}s"
-        if self._start is not None:
-            text += f", from {_utc_text(self._start)}"
-        if self._end is not None:
-            text += f", until {_utc_text(self._end)}"
-        return text
+    def _remember(self, low: float, end: float) -> None:
+        starts = self._starts
+        known = starts.get(end)
+        if known is not None:
+            if low < known:
+                starts[end] = low
+            return
+        ends = self._ends
+        if len(ends) >= self.MEMO:
+            drop = ends[: self.MEMO // 2]  # the earliest half: time moves forward
+            del ends[: self.MEMO // 2]
+            for old in drop:
+                del starts[old]
+        insort(ends, end)
+        starts[end] = low
 
-    def to_spec(self) -> dict[str, object]:
-        """``{"kind": "cron", "expr": ..., "tz": ..., "jitter": ..., "start": ..., "end": ...}``."""
-        return {
-            "kind": "cron",
-            "expr": self._parsed.source,
-            "tz": self._zone.key,
-            "jitter": self._jitter,
-            "start": self._start,
-            "end": self._end,
-        }
-
-    def __repr__(self) -> str:
-        return f"CronRule({self._parsed.source!r}, tz={self._zone.key!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, CronRule):
-            return NotImplemented
-        return self.to_spec() == other.to_spec()
-
-    def __hash__(self) -> int:
-        return hash((self._parsed.source, self._zone.key, self._jitter, self._start, self._end))
-
-    # -- internals ----------------------------------------------------------------------------
-
-    def _next_locked(self, t: float) -> float | None:
+    def _next_locked(self, t: float) -> tuple[float | None, float]:
+        """The first instant after ``t``, and where the gap before it is known to begin: the
+        instant before it when the kept iterator stepped there (a proven neighbour), else ``t``."""
         gen, last = self._gen, self._last
         if gen is not None and last is not None and t >= last:
             for _ in range(self._MAX_SKIP):
                 value = next(gen, None)
-                self._last = value
+                low, self._last = last, value
                 if value is None:
                     self._gen = None
-                    return None
+                    return None, t
                 if value > t:
-                    return value
+                    return value, low
+                last = value
         self._gen = gen = self._stream(t)
         value = next(gen, None)
         self._last = value
         if value is None:
             self._gen = None
-        return value
+        return value, t
 
     def _local_walls(self, wall_from: float) -> Iterator[float]:
         """Naive local wall-clock times (as epoch-like seconds) matching, from ``wall_from`` on."""
@@ -483,6 +487,121 @@ class CronRule:
         assert a is not None
         assert b is not None
         return a.total_seconds(), b.total_seconds()
+
+
+class CronRule:
+    """A cron expression evaluated on the wall clock of a zone (see the module docstring).
+
+    ``CronRule(expr, tz=None, *, jitter=0, start=None, end=None)``: ``tz`` is an IANA zone name or
+    a :class:`~zoneinfo.ZoneInfo` (None means UTC). ``start``/``end`` (UTC epoch seconds or aware
+    datetimes) bound the fire times: ``start <= fire < end``. ``jitter`` seconds are added to the
+    run time by :meth:`jittered`, never to the slot.
+
+    The instants come from the :class:`CronSlots` of the expression and zone, shared by every
+    rule with them (see :func:`cron_slots`): a kept croniter iterator and a memo of known gaps,
+    so 100,000 rules at ``0 0 * * *`` ask croniter once per instant. Thread-safe.
+    """
+
+    __slots__ = ("_end", "_jitter", "_parsed", "_slots", "_start", "_zone")
+
+    def __init__(
+        self,
+        expr: str,
+        tz: str | ZoneInfo | None = None,
+        *,
+        jitter: float = 0.0,
+        start: float | datetime | None = None,
+        end: float | datetime | None = None,
+    ) -> None:
+        self._zone = resolve_zone(tz)
+        self._parsed = parse_cron(expr)
+        self._jitter = _jitter(jitter)
+        self._start = _optional_instant("start", start)
+        self._end = _optional_instant("end", end)
+        _check_window(self._start, self._end)
+        self._slots = cron_slots(self._parsed.source, self._zone)
+
+    # -- public -----------------------------------------------------------------------------
+
+    @property
+    def expr(self) -> str:
+        """The expression as written."""
+        return self._parsed.source
+
+    @property
+    def zone(self) -> ZoneInfo:
+        """The evaluation zone."""
+        return self._zone
+
+    @property
+    def jitter(self) -> float:
+        """Maximum jitter in seconds added by :meth:`jittered`."""
+        return self._jitter
+
+    @property
+    def fixed_time(self) -> bool:
+        """True for a Vixie fixed-time job (neither minute nor hour field starts with ``*``)."""
+        return self._parsed.fixed
+
+    @property
+    def slots(self) -> CronSlots:
+        """The shared instants of this rule's expression and zone."""
+        return self._slots
+
+    def next_after(self, t: float) -> float | None:
+        """Return the first fire instant strictly after ``t`` (UTC epoch seconds).
+
+        Returns None once ``end`` is reached (or, for pathological expressions, when croniter
+        finds no match within 50 years).
+        """
+        if t.__class__ is not float or t - t != 0.0:  # else a finite float, as is
+            t = _finite("t", t)
+        if self._start is not None and t < self._start:
+            t = math.nextafter(self._start, -math.inf)
+        result = self._slots.next_after(t)
+        if result is not None and self._end is not None and result >= self._end:
+            return None
+        return result
+
+    def jittered(self, slot: float, rng: random.Random) -> float:
+        """Return ``slot + rng.uniform(0, jitter)`` (``slot`` itself when jitter is 0)."""
+        if self._jitter == 0:
+            return slot
+        return slot + rng.uniform(0.0, self._jitter)
+
+    def describe(self) -> str:
+        """E.g. ``cron '30 2 * * *' in America/New_York (fixed-time)``."""
+        kind = "fixed-time" if self._parsed.fixed else "wildcard"
+        text = f"cron {self._parsed.source!r} in {self._zone.key} ({kind})"
+        if self._jitter:
+            text += f", jitter {self._jitter:g}s"
+        if self._start is not None:
+            text += f", from {_utc_text(self._start)}"
+        if self._end is not None:
+            text += f", until {_utc_text(self._end)}"
+        return text
+
+    def to_spec(self) -> dict[str, object]:
+        """``{"kind": "cron", "expr": ..., "tz": ..., "jitter": ..., "start": ..., "end": ...}``."""
+        return {
+            "kind": "cron",
+            "expr": self._parsed.source,
+            "tz": self._zone.key,
+            "jitter": self._jitter,
+            "start": self._start,
+            "end": self._end,
+        }
+
+    def __repr__(self) -> str:
+        return f"CronRule({self._parsed.source!r}, tz={self._zone.key!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CronRule):
+            return NotImplemented
+        return self.to_spec() == other.to_spec()
+
+    def __hash__(self) -> int:
+        return hash((self._parsed.source, self._zone.key, self._jitter, self._start, self._end))
 
 
 # --------------------------------------------------------------------------------------------
@@ -694,6 +813,123 @@ def rule_from_spec(spec: Mapping[str, object]) -> CronRule | IntervalRule:
     )
 
 
+class RuleCache:
+    """Rules shared by spec: schedules whose rule is the same get one rule object and one
+    read-only spec mapping.
+
+    A bounded LRU (*size* entries, least recently used dropped first), looked up by a stored
+    spec (:meth:`from_spec`) or by the arguments that make a rule (:meth:`make`: creating
+    100,000 schedules with one expression builds and validates it once). Built rules are
+    immutable in what they answer, so sharing one among many schedules is safe; an interval
+    rule without an anchor (it anchors itself on its first question) is built afresh every time.
+    Thread-safe.
+    """
+
+    __slots__ = ("_entries", "_lock", "_made", "size")
+
+    def __init__(self, size: int = 4096) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise InvalidScheduleError(f"size must be an int >= 1 (got {size!r})")
+        self.size = size
+        self._entries: OrderedDict[
+            tuple[object, ...], tuple[CronRule | IntervalRule, Mapping[str, object]]
+        ] = OrderedDict()
+        self._lock = threading.Lock()
+        # make()'s arguments -> entry: read without the lock (one dict lookup per schedule
+        # created), cleared when full
+        self._made: dict[
+            tuple[object, ...], tuple[CronRule | IntervalRule, Mapping[str, object]]
+        ] = {}
+
+    def from_spec(self, spec: Mapping[str, object]) -> CronRule | IntervalRule:
+        """The rule of *spec* (as :func:`rule_from_spec`), built once while it stays cached."""
+        try:
+            key: tuple[object, ...] = tuple(spec.items())
+            hash(key)
+        except (AttributeError, TypeError):  # not a mapping of plain values: no sharing
+            return rule_from_spec(spec)
+        got = self._get(key)
+        if got is not None:
+            return got[0]
+        return self._keep(rule_from_spec(spec), key)[0]
+
+    def make(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str | ZoneInfo | None = None,
+        start: float | datetime | None = None,
+        end: float | datetime | None = None,
+        jitter: float = 0.0,
+    ) -> tuple[CronRule | IntervalRule, Mapping[str, object]]:
+        """``(rule, spec)`` for :func:`make_rule`'s arguments: the rule shared with every equal
+        one, and its spec as a shared read-only mapping (what a schedule record stores)."""
+        # the types too: True == 1 == 1.0 as keys, and make_rule refuses a bool jitter
+        key: tuple[object, ...] = (
+            cron,
+            every,
+            tz,
+            start,
+            end,
+            jitter,
+            every.__class__,
+            start.__class__,
+            end.__class__,
+            jitter.__class__,
+        )
+        try:
+            got = self._made.get(key)  # hashes the key: an unhashable argument raises
+            hashable = True
+        except TypeError:
+            got, hashable = None, False
+        if got is not None:
+            return got
+        rule = make_rule(cron=cron, every=every, tz=tz, start=start, end=end, jitter=jitter)
+        entry = self._keep(rule, None)
+        if hashable and not (isinstance(rule, IntervalRule) and rule.start is None):
+            made = self._made
+            if len(made) >= self.size:
+                made.clear()  # a burst of distinct rules: start over rather than track age
+            made[key] = entry
+        return entry
+
+    def share(self, rule: CronRule | IntervalRule) -> CronRule | IntervalRule:
+        """The cached rule with *rule*'s spec if there is one, else *rule*, now cached."""
+        return self._keep(rule, None)[0]
+
+    def _get(
+        self, key: tuple[object, ...]
+    ) -> tuple[CronRule | IntervalRule, Mapping[str, object]] | None:
+        with self._lock:
+            got = self._entries.get(key)
+            if got is not None:
+                self._entries.move_to_end(key)
+            return got
+
+    def _keep(
+        self, rule: CronRule | IntervalRule, key: tuple[object, ...] | None
+    ) -> tuple[CronRule | IntervalRule, Mapping[str, object]]:
+        """Cache *rule* under its spec (and *key*), or return the entry already cached."""
+        spec = rule.to_spec()
+        entry: tuple[CronRule | IntervalRule, Mapping[str, object]] = (rule, MappingProxyType(spec))
+        if isinstance(rule, IntervalRule) and rule.start is None:
+            return entry
+        spec_key = tuple(spec.items())
+        entries = self._entries
+        with self._lock:
+            entry = entries.setdefault(spec_key, entry)
+            entries.move_to_end(spec_key)
+            if key is not None:
+                entries[key] = entry
+            while len(entries) > self.size:
+                entries.popitem(last=False)
+        return entry
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 # --------------------------------------------------------------------------------------------
 # Policies
 # --------------------------------------------------------------------------------------------
@@ -807,6 +1043,17 @@ def _latest_due(next_after: _Counter, last_slot: float, now: float) -> float | N
             high, s = mid, after  # none in (mid, now]: the latest lies in (s, mid]
 
 
+def runs_alone(slot: float, now: float, *, policy: Misfire, grace: float | None) -> bool:
+    """Whether *slot* runs at *now* when it is the only slot due (the on-time case of
+    :func:`plan_misfires`): always under ``RUN_ONCE`` or without a grace; under ``SKIP`` when
+    at most *grace* late; under ``RUN_ALL`` when inside the grace window. Pure and O(1)."""
+    if policy is Misfire.RUN_ONCE or grace is None:
+        return True
+    if policy is Misfire.SKIP:
+        return now - slot <= grace
+    return slot > math.nextafter(now - grace, -math.inf)  # as _recent_slots bounds RUN_ALL
+
+
 def plan_misfires(
     rule: Rule,
     last_slot: float,
@@ -852,12 +1099,9 @@ def plan_misfires(
             )
         s2 = counter(s1)
         if s2 is None or s2 > now:  # exactly one slot due: the on-time case
-            if policy is Misfire.RUN_ONCE or grace is None:
-                one: tuple[float, ...] = (s1,)
-            elif policy is Misfire.SKIP:
-                one = (s1,) if now - s1 <= grace else ()
-            else:  # RUN_ALL, bounded as _recent_slots bounds it
-                one = (s1,) if s1 > math.nextafter(now - grace, -math.inf) else ()
+            one: tuple[float, ...] = (
+                (s1,) if runs_alone(s1, now, policy=policy, grace=grace) else ()
+            )
             return MisfirePlan(
                 run=one, due=1, due_exact=True, next_slot=s2, iterations=counter.calls
             )

@@ -45,7 +45,7 @@ from timewheel.options import (
     unknown_options,
 )
 from timewheel.ready import ReadyQueue
-from timewheel.recurring import Registry, Schedule, interval_of
+from timewheel.recurring import HerdReport, Registry, Schedule, interval_of
 from timewheel.refs import Allowlist
 from timewheel.rules import resolve_zone
 from timewheel.runtime import ClockDriver, Runtime, SchedulerStatistics
@@ -240,7 +240,7 @@ class Scheduler:
         if isinstance(self._clock, DrivingClock):
             self._clock.attach(self._driver)
         elif not self._inline:
-            self._loop = TriggerLoop(self._trigger.fire, self._clock)
+            self._loop = TriggerLoop(self._trigger.step, self._clock)
             self._trigger.waker = self._loop.wake
             self._trigger.promote_due_on_place = True
             self._loop.start()
@@ -678,6 +678,23 @@ class Scheduler:
         else:
             counts = dict(self._trigger.upcoming(horizon, bucket=bucket))
         return [(to_datetime(t), n) for t, n in sorted(counts.items()) if n]
+
+    def herds(self, horizon: float = 3600.0) -> list[HerdReport]:
+        """The herds coming within *horizon* seconds (and those whose second came in the last
+        minute): seconds holding at least a thousand recurring instances, the schedules behind
+        each and what pre-warming has done. ``str()`` of each is a one-line warning.
+
+        Pre-warming begins five minutes ahead: the successors of the herd's instances are
+        stored and their firing planned in small slices, so that at the instant only the state
+        changes remain. With a durable store the trigger sees the next ``horizon`` seconds of
+        the store (see :meth:`upcoming` for the whole look-ahead).
+        """
+        trigger, recurring = self._trigger, self._runtime.recurring
+        now = self._clock.time()
+        return [
+            recurring.report(herd, trigger.herd_ids(herd.start))
+            for herd in trigger.herds(now, horizon)
+        ]
 
     def statistics(self) -> SchedulerStatistics:
         """Counts by state, queue depths, event totals, throughput and lateness (seconds)."""

@@ -1,20 +1,34 @@
 """The trigger: finds due work in the timing wheel and hands it to dispatch.
 
-Driven by time, never by worker capacity. Each :meth:`Trigger.fire` does everything due at ``now``:
+Driven by time, never by worker capacity. Each :meth:`Trigger.step` does a bounded slice of what
+is due at ``now`` (:meth:`Trigger.fire` repeats steps until nothing due is left):
 
 1. re-queue runs whose lease expired (a worker died or stalled), or end them TIMED_OUT when no
    re-run is left;
-2. advance the wheel and move the due tasks PENDING -> READY in the store, one store step per batch;
-   instances of recurring schedules go through the :class:`InstancePlanner` first (misfire and
-   overlap policy, the next instance materialised in the same store step);
+2. take the due tasks (from the wheel, and from the herds staged ahead) and move them
+   PENDING -> READY in the store, one store step per chunk, as many chunks as fit in
+   ``step_seconds``; instances of recurring schedules go through the :class:`InstancePlanner`
+   first (misfire and overlap policy, the next instance materialised in the same store step);
 3. put the READY tasks on the bounded ready queue; what does not fit stays READY in the store (the
    *backlog*) and is refilled, oldest first, as workers drain the queue;
-4. with a durable store, keep the wheel filled with the next ``horizon`` seconds of the store, and
+4. pre-warm herds: a second holding ``herd_size`` or more recurring instances that comes within
+   ``prewarm_ahead`` seconds is prepared in small slices during the time before it (below);
+5. with a durable store, keep the wheel filled with the next ``horizon`` seconds of the store, and
    poll for work other processes scheduled or made ready.
 
-It returns the next deadline. Who calls it decides how time passes: the real-time
-:class:`~timewheel.loop.TriggerLoop` sleeps until the deadline, a ``FakeClock`` steps to it.
-The trigger never runs user code.
+It returns the next deadline: ``now`` itself while due work is left, so the real-time loop hands
+READY work to the workers between slices instead of holding the interpreter for the whole of a
+herd. Who calls it decides how time passes: the real-time :class:`~timewheel.loop.TriggerLoop`
+sleeps until the deadline, a ``FakeClock`` steps to it. The trigger never runs user code.
+
+Herds. Thousands of schedules sharing one slot (``0 0 * * *``) make one second hold them all.
+The trigger counts the recurring instances it holds per second; once a second holding at least
+``herd_size`` comes within ``prewarm_ahead``, each slice (at most ``slice_seconds`` of work,
+spread over the time left) asks the planner to *prepare* a chunk of its heads (their
+successors are computed and stored, in one store step per slice) and moves them out of the
+wheel into a staging heap. At the instant only the state changes remain: the staged heads are
+promoted in bounded chunks, the misfire and overlap decisions still made against the real
+``now``. :meth:`Trigger.herds` reports what was seen and done.
 """
 
 from __future__ import annotations
@@ -22,8 +36,12 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from heapq import heappop, heappush
 from typing import Protocol
 
 from timewheel.clock import Clock
@@ -32,9 +50,9 @@ from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
 from timewheel.stores.base import Changed, Store
 from timewheel.task import Task, TaskState
-from timewheel.wheel import TimingWheel
+from timewheel.wheel import TimingWheel, bucket_width
 
-__all__ = ["FirePlan", "InstancePlanner", "Outcomes", "Trigger"]
+__all__ = ["FirePlan", "Herd", "InstancePlanner", "Outcomes", "PreparePlan", "Trigger"]
 
 log = logging.getLogger("timewheel.trigger")
 
@@ -47,12 +65,29 @@ class FirePlan:
 
     ``run`` are ids to move to READY, ``successors`` the next instances to insert in the same store
     step, ``skipped`` instances to cancel with the reason, ``missed`` the count of missed runs.
+    ``expected`` maps prepared heads among ``run`` to the version they had when prepared: one
+    promoted with another version was replaced meanwhile, and its successor is asked for again
+    (:meth:`InstancePlanner.repair`).
     """
 
     run: list[str]
     successors: list[Task]
     skipped: list[tuple[Task, str]]
     missed: int
+    expected: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparePlan:
+    """What pre-warming a chunk of heads gave (see :meth:`InstancePlanner.prepare`).
+
+    ``prepared`` are the heads whose firing is planned, ``successors`` their next instances to
+    store now, ``deferred`` heads to ask about again later; the others need no preparing.
+    """
+
+    prepared: list[str]
+    successors: list[Task]
+    deferred: list[str]
 
 
 class InstancePlanner(Protocol):
@@ -61,6 +96,88 @@ class InstancePlanner(Protocol):
     def fire(self, ids: Sequence[str], now: float) -> FirePlan:
         """Plan the fired instance ids: which run, which are skipped, the next instances."""
         ...
+
+    def prepare(self, ids: Sequence[str], now: float) -> PreparePlan:
+        """Prepare heads due soon: their successors, and what firing them will need."""
+        ...
+
+    def forget(self, ids: Sequence[str]) -> None:
+        """Drop what was prepared for *ids* (unindexed, or their successors were not stored)."""
+        ...
+
+    def repair(self, tasks: Sequence[Task], now: float) -> list[Task]:
+        """Successors for prepared heads promoted with an unexpected version (replaced)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Herd:
+    """A second holding a herd of recurring instances, and what pre-warming did for it.
+
+    ``start`` is the second (epoch seconds); ``count`` the instances due in it (when
+    pre-warming began, or now if it has not); ``state`` one of ``"ahead"`` (not yet within
+    ``prewarm_ahead``), ``"warming"``, ``"warm"`` (everything that could be prepared is),
+    ``"firing"`` (its instant came; heads are being promoted) and ``"fired"``. ``prepared``
+    heads have their successor stored (``successors``) and left the wheel for the staging heap;
+    ``deferred`` wait for an earlier instance of their series to fire; ``declined`` needed no
+    preparing (not a fresh head of a running series); ``remaining`` are still to be looked at.
+    ``work`` is the trigger time the slices took, ``slices`` how many there were, and
+    ``longest_slice`` the longest one (seconds).
+    """
+
+    start: float
+    count: int
+    state: str
+    prepared: int = 0
+    successors: int = 0
+    deferred: int = 0
+    declined: int = 0
+    remaining: int = 0
+    work: float = 0.0
+    slices: int = 0
+    longest_slice: float = 0.0
+
+
+@dataclass(slots=True)
+class _Warming:
+    """A herd being pre-warmed (mutable; :class:`Herd` is its snapshot)."""
+
+    second: int
+    placed: list[str]  # the second's per-second list itself: ids placed later are seen too
+    next_at: float
+    cursor: int = 0  # placed[:cursor] were looked at
+    again: list[str] = field(default_factory=list)  # deferred ids being asked again
+    deferred: list[str] = field(default_factory=list)
+    retry_at: float = 0.0
+    prepared: int = 0
+    successors: int = 0
+    declined: int = 0
+    work: float = 0.0
+    slices: int = 0
+    longest_slice: float = 0.0
+    per_slice: int = 64  # ids looked at by the last slice: the pacing's unit
+    done: bool = False
+    reported: bool = False
+
+    @property
+    def count(self) -> int:
+        """Instances placed in the second (an upper bound: some may have left since)."""
+        return len(self.placed)
+
+    @property
+    def left(self) -> int:
+        """Ids still to look at (deferred ones apart)."""
+        return len(self.placed) - self.cursor + len(self.again)
+
+    def take(self, n: int) -> list[str]:
+        """The next *n* ids to look at: deferred ones asked again first, then in placed order."""
+        if self.again:
+            taken = self.again[:n]
+            del self.again[:n]
+            return taken
+        taken = self.placed[self.cursor : self.cursor + n]
+        self.cursor += len(taken)
+        return taken
 
 
 class Outcomes(Protocol):
@@ -94,10 +211,25 @@ class Trigger:
         planner: plans recurring instances; ``None`` treats every task as one-shot.
         outcomes: told about expired leases and skipped instances.
         on_ready: called after tasks were put on the ready queue (wakes idle workers).
+        step_seconds: the trigger work one :meth:`step` aims at when much is due (at least one
+            chunk is always moved): the longest the loop keeps workers waiting for the
+            interpreter and the store's lock.
+        herd_size: recurring instances in one second that make it a herd to pre-warm.
+        prewarm_ahead: how long before a herd's second pre-warming may begin (with a durable
+            store, at most ``horizon``: the wheel holds no more).
+        slice_seconds: the trigger work one pre-warming slice aims at.
 
-    Thread-safe: :meth:`fire` runs in one thread at a time (the loop's, or the one advancing a
-    fake clock), while :meth:`place`, :meth:`index` and :meth:`unindex` may be called from any.
+    Thread-safe: :meth:`step` and :meth:`fire` run in one thread at a time (the loop's, or the
+    one advancing a fake clock), while :meth:`place`, :meth:`index` and :meth:`unindex` may be
+    called from any.
     """
+
+    #: pre-warming ends this long before a herd's second when the time allows (seconds)
+    PREWARM_LEAD = 10.0
+    #: the shortest pause between two pre-warming slices (seconds)
+    MIN_GAP = 0.002
+    #: ids a pre-warming chunk asks the planner about
+    PREPARE_CHUNK = 32
 
     def __init__(
         self,
@@ -116,13 +248,17 @@ class Trigger:
         planner: InstancePlanner | None = None,
         outcomes: Outcomes | None = None,
         on_ready: Callable[[], None] | None = None,
+        step_seconds: float = 0.003,
+        herd_size: int = 1_000,
+        prewarm_ahead: float = 300.0,
+        slice_seconds: float = 0.003,
     ) -> None:
         self.store = store
         self.ready = ready
         self.clock = clock
         self.wheel: TimingWheel[str] = TimingWheel(tick=tick, start=start)
         self.lock = threading.RLock()
-        """Guards the wheel (and the instance set beside it)."""
+        """Guards the wheel (and the instance index, staging and release queue beside it)."""
         self.planner = planner
         self.outcomes = outcomes
         self.on_ready = on_ready
@@ -133,6 +269,14 @@ class Trigger:
         self.batch = batch
         self.horizon = horizon
         self.poll_interval = poll_interval
+        self.step_seconds = step_seconds
+        self.herd_size = herd_size
+        self.prewarm_ahead = min(prewarm_ahead, horizon) if self.durable else prewarm_ahead
+        self.slice_seconds = slice_seconds
+        #: the fewest tasks a step promotes (and heads a pre-warming slice prepares) when that
+        #: many are waiting: a durable store's step has a fixed cost (a transaction and its
+        #: commit) that small chunks would pay again and again
+        self.min_chunk = 512 if self.durable else 16
         self.missed_fires = 0
         #: set when READY work waits in the store beyond the ready queue's capacity
         self.backlog = False
@@ -141,7 +285,22 @@ class Trigger:
         self.waker: Callable[[float | None], None] | None = None
         #: when a real-time loop runs, a task placed already due is promoted by the placing thread
         self.promote_due_on_place = False
-        self._instances: set[str] = set()  # wheel ids that are instances of recurring schedules
+        # recurring instances held (in the wheel, staged or being released) -> due
+        self._instances: dict[str, float] = {}
+        # second -> the instance ids placed due in it (may name ids gone since: checked on use)
+        self._by_second: dict[int, list[str]] = {}
+        self._seconds: list[int] = []  # heap of the keys of _by_second, to drop passed ones
+        self._hot: set[int] = set()  # herd seconds not yet pre-warming
+        self._warming: dict[int, _Warming] = {}
+        self._next_look = math.inf  # when a hot second comes within prewarm_ahead
+        # prepared heads moved out of the wheel: id -> due, and a heap of (due, id) to release
+        self._staged: dict[str, float] = {}
+        # the staged ids by due time (a herd shares a few), and a heap of those due times
+        self._staged_by_due: dict[float, deque[str]] = {}
+        self._staged_heap: list[float] = []
+        self._releasing: deque[str] = deque()  # due ids taken from the wheel, not yet promoted
+        self._cost_per_id = 20e-6  # running estimate of the trigger work per promoted id
+        self._store_cost = 20e-6  # running estimate of a pre-warming store step's work per head
         self._refilled_until = -math.inf
         self._next_reap = -math.inf
         self._next_poll = -math.inf
@@ -165,7 +324,10 @@ class Trigger:
             return
         if self.durable and task.due >= self._refilled_until:
             return  # beyond the horizon: the refill will load it
-        self.place(task.id, task.due, self.clock.time(), instance=task.schedule_id is not None)
+        if task.schedule_id is not None:
+            self._place_instance(task.id, task.due)
+        else:
+            self.place(task.id, task.due, self.clock.time())
 
     def place(self, task_id: str, due: float, now: float, *, instance: bool = False) -> None:
         """Put a task in the wheel, or trigger it at once when a real-time loop runs and it is
@@ -176,71 +338,227 @@ class Trigger:
         since firing them plans the next one.
         """
         if instance:
-            with self.lock:
-                self._instances.add(task_id)
-        elif due <= now and self.promote_due_on_place:
+            self._place_instance(task_id, due)
+            return
+        if due <= now and self.promote_due_on_place:
             self.promote([task_id], now)
             return
         with self.lock:
             try:
                 self.wheel.add(task_id, due)
             except DuplicateKeyError:
-                pass  # placed already (a task indexed again): it keeps its slot
+                return  # placed already (a task indexed again): it keeps its slot
         waker = self.waker
         if waker is not None:
             waker(due)
 
+    def _place_instance(self, task_id: str, due: float) -> None:
+        with self.lock:
+            try:
+                self.wheel.add(task_id, due)
+            except DuplicateKeyError:
+                return  # placed already (a task indexed again): it keeps its slot
+            hot = self._count(task_id, due)
+        waker = self.waker
+        if waker is not None:
+            waker(due if hot is None else min(due, hot))
+
+    def _count(self, task_id: str, due: float) -> float | None:
+        """Index a recurring instance by its second (lock held); when the second turns into a
+        herd, the instant its pre-warming may begin."""
+        self._instances[task_id] = due
+        second = math.floor(due)
+        ids = self._by_second.get(second)
+        if ids is None:
+            self._by_second[second] = [task_id]
+            heappush(self._seconds, second)
+            return None
+        ids.append(task_id)
+        warming = self._warming.get(second)
+        if warming is not None:
+            if warming.done and second > self.wheel.now:
+                warming.done = False  # more heads came for a herd already pre-warmed
+                warming.next_at = -math.inf
+                return -math.inf
+            return None
+        if len(ids) != self.herd_size or self.planner is None:
+            return None
+        self._hot.add(second)
+        begin = second - self.prewarm_ahead
+        if begin < self._next_look:
+            self._next_look = begin
+            return begin
+        return None
+
     def unindex(self, ids: Iterable[str]) -> None:
         """Remove tasks from the wheel (cancelled, replaced, deleted)."""
+        forget: list[str] = []
         with self.lock:
+            staged = self._staged
             for task_id in ids:
                 self.wheel.cancel(task_id)
-                self._instances.discard(task_id)
+                if self._instances.pop(task_id, None) is not None and task_id in staged:
+                    del staged[task_id]  # its heap entry is skipped when it comes up
+                    forget.append(task_id)
+        if forget and self.planner is not None:
+            self.planner.forget(forget)
 
     def __len__(self) -> int:
         with self.lock:
-            return len(self.wheel)
+            return len(self.wheel) + len(self._staged) + len(self._releasing)
 
     def __contains__(self, task_id: object) -> bool:
         with self.lock:
-            return task_id in self.wheel
+            return task_id in self.wheel or task_id in self._staged
 
     def upcoming(self, horizon: float, *, bucket: float | str) -> list[tuple[float, int]]:
-        """``(bucket start, count)`` of the wheel's entries per bucket over *horizon* seconds."""
+        """``(bucket start, count)`` of the tasks waiting to fire per bucket over *horizon*
+        seconds (the wheel's entries and the staged heads of herds), buckets aligned to
+        multiples of their width."""
         with self.lock:
-            return self.wheel.upcoming(horizon, bucket=bucket)
+            rows = self.wheel.upcoming(horizon, bucket=bucket)
+            staged = list(self._staged.values()) if self._staged else []
+            now, tick = self.wheel.now, self.wheel.tick
+        if not staged:
+            return rows
+        counts = dict(rows)
+        per_second = round(1.0 / tick)
+        bucket_ticks = max(1, round(bucket_width(bucket) * per_second))
+        limit = now + horizon
+        for due in staged:
+            if due < limit:
+                number = math.floor(max(due, now) * per_second) // bucket_ticks
+                start = number * bucket_ticks / per_second
+                counts[start] = counts.get(start, 0) + 1
+        return sorted(counts.items())
 
     # -- firing ------------------------------------------------------------------------------------
     def fire(self, now: float) -> float | None:
-        """Do everything due at *now* (see the module docstring); return the next deadline."""
-        if now >= self._next_reap:  # first, so re-queued tasks due now fire in this pass
-            self.reap(now)
-            self._next_reap = now + min(1.0, self.lease / 4)
+        """Do everything due at *now*, step after step; return the next deadline.
+
+        For a caller that moves time itself (a ``FakeClock``, ``run_pending``): every task the
+        wheel holds due at *now* is READY when it returns (tasks placed due meanwhile, such as
+        catch-up runs, fire at the next call). A real-time loop calls :meth:`step` instead.
+        """
+        self._reap_if_due(now)  # first, so re-queued tasks due now fire in this pass
         with self.lock:
-            ids = self.wheel.advance(now)
-        for i in range(0, len(ids), self.batch):
-            self.promote(ids[i : i + self.batch], now)
+            self._releasing.extend(self.wheel.advance(now))
+        while True:
+            deadline = self.step(now, advance=False)
+            if not self._release_left(now):
+                return deadline
+
+    def step(self, now: float, *, advance: bool = True) -> float | None:
+        """Do a bounded slice of what is due at *now* (see the module docstring); return the
+        next deadline, which is *now* itself while due work is left. With *advance* false the
+        wheel is not advanced (:meth:`fire` advanced it once)."""
+        self._reap_if_due(now)  # first, so re-queued tasks due now fire in this pass
+        self._release(now, advance)
+        if self._seconds and self._seconds[0] < now - 1:
+            self._drop_passed(now)
         if self.backlog and self._refill_due():
             self.refill_ready()
         if self.durable and now + self.horizon / 2 >= self._refilled_until:
             self.refill_wheel(now)
-        deadline = self.next_deadline(now)
-        if self.durable and self.poll_interval is not None:
+        polling = self.durable and self.poll_interval is not None
+        if polling and now >= self._next_poll:
             # other processes share the store: look for what they scheduled or made ready
-            if now >= self._next_poll:
-                self.poll(now)
-                self._next_poll = now + self.poll_interval
+            self.poll(now)
+            self._next_poll = now + (self.poll_interval or 1.0)
+        if self.planner is not None:  # last: the refills above may have brought a herd
+            if now >= self._next_look:
+                self._look(now)
+            if self._warming and not self._release_left(now):  # due work comes first
+                self._prewarm(now)
+        deadline = self.next_deadline(now)
+        if polling:
             deadline = self._next_poll if deadline is None else min(deadline, self._next_poll)
         return deadline
+
+    def _reap_if_due(self, now: float) -> None:
+        if now >= self._next_reap:
+            self.reap(now)
+            self._next_reap = now + min(1.0, self.lease / 4)
+
+    def _release(self, now: float, advance: bool) -> None:
+        """Promote due tasks in chunks until ``step_seconds`` of work is done or none is left
+        (a chunk is sized by the cost per task measured so far, never below ``min_chunk``)."""
+        clock = time.perf_counter
+        end = clock() + self.step_seconds
+        ready = self.ready
+        while True:
+            fits = int((end - clock()) / self._cost_per_id)
+            ids = self._take_due(now, max(self.min_chunk, min(self.batch, fits)), advance)
+            if not ids:
+                return
+            advance = False  # once per step: what it gave is all taken first
+            idle = not ready
+            began = clock()
+            self.promote(ids, now)
+            done = clock()
+            cost = max(1e-7, (done - began) / len(ids))
+            self._cost_per_id = 0.7 * self._cost_per_id + 0.3 * cost
+            if idle and ready:
+                # The workers were idle and were just woken: hand them the interpreter now,
+                # so the first tasks of a herd start while the rest is still being promoted
+                # (without this they would wait for the interpreter's switch interval).
+                time.sleep(0)
+            if done >= end:
+                return
+
+    def _take_due(self, now: float, room: int, advance: bool) -> list[str]:
+        """Up to *room* due ids: staged heads first, then the wheel's (advanced, when
+        *advance*, only once what it gave last is all taken)."""
+        out: list[str] = []
+        with self.lock:
+            heap, staged, by_due = self._staged_heap, self._staged, self._staged_by_due
+            while heap and heap[0] <= now and len(out) < room:
+                ids = by_due[heap[0]]
+                while ids and len(out) < room:
+                    task_id = ids.popleft()
+                    if staged.pop(task_id, None) is not None:  # else unindexed meanwhile
+                        out.append(task_id)
+                if not ids:
+                    del by_due[heappop(heap)]
+            releasing = self._releasing
+            if len(out) < room:
+                if advance and not releasing:
+                    releasing.extend(self.wheel.advance(now))
+                while releasing and len(out) < room:
+                    out.append(releasing.popleft())
+        return out
+
+    def _release_left(self, now: float) -> bool:
+        """True while fired ids wait to be promoted or staged heads are due."""
+        with self.lock:
+            heap = self._staged_heap
+            return bool(self._releasing) or bool(heap and heap[0] <= now)
 
     def reap_now(self) -> None:
         """Look for expired leases at the next :meth:`fire`, whatever the interval says."""
         self._next_reap = -math.inf
 
     def next_deadline(self, now: float) -> float | None:
-        """The earliest instant something is due: a wheel entry, a cascade step, a refill."""
+        """The earliest instant something is due: a wheel entry, a cascade step, a staged herd,
+        a pre-warming slice, a refill."""
         with self.lock:
             deadline = self.wheel.next_deadline()
+            heap = self._staged_heap
+            if heap:
+                deadline = heap[0] if deadline is None else min(deadline, heap[0])
+            if self._releasing:
+                deadline = now
+        if self.planner is not None:
+            # Pre-warming never asks for "now": a loop stepping a fake clock takes a deadline
+            # at or before now, after a step that ran nothing, for a stuck one and stops.
+            soonest = now + self.MIN_GAP
+            if self._hot and self._next_look < math.inf:
+                at = max(self._next_look, soonest)
+                deadline = at if deadline is None else min(deadline, at)
+            for warming in list(self._warming.values()):
+                if not warming.done:
+                    at = max(warming.next_at, soonest)
+                    deadline = at if deadline is None else min(deadline, at)
         if self.durable and self.active:
             refill = self._refilled_until - self.horizon / 2  # when the wheel needs more
             deadline = refill if deadline is None else min(deadline, refill)
@@ -252,17 +570,18 @@ class Trigger:
         """Move fired tasks PENDING -> READY in one store step and queue them."""
         successors: Sequence[Task] = ()
         skipped: Sequence[tuple[Task, str]] = ()
+        expected: Mapping[str, int] = {}
         instances = self._instances
-        if instances and not instances.isdisjoint(ids):
+        if instances and not instances.keys().isdisjoint(ids):
             with self.lock:
-                fired = [i for i in ids if i in instances]
-                instances.difference_update(fired)
+                fired = [i for i in ids if instances.pop(i, None) is not None]
             plain = [i for i in ids if i not in fired] if len(fired) < len(ids) else []
             if self.planner is None:
                 ids = list(ids)
             else:
                 plan = self.planner.fire(fired, now)
                 ids, successors, skipped = plain + plan.run, plan.successors, plan.skipped
+                expected = plan.expected
                 self.missed_fires += plan.missed
         moved = self.store.promote(ids, now, successors=successors)
         # Skip only once the successors are stored: a crash between the two steps then leaves the
@@ -271,9 +590,23 @@ class Trigger:
             self._skip(task, why, now)
         for successor in successors:
             self.index(successor)
+        if expected:
+            self._repair(moved, expected, now)
         if len(moved) != len(ids):
             self._reindex_unmoved(ids, moved)
         self.enqueue(moved)
+
+    def _repair(self, moved: Sequence[Task], expected: Mapping[str, int], now: float) -> None:
+        """Prepared heads promoted with another version than planned were replaced since (in
+        another process): their pre-warmed successor was cancelled with the old schedule, so
+        the schedule as it is now gives the next instance."""
+        replaced = [t for t in moved if t.id in expected and t.version != expected[t.id] + 1]
+        if replaced and self.planner is not None:
+            successors = self.planner.repair(replaced, now)
+            if successors:
+                self.store.promote((), now, successors=successors)
+                for successor in successors:
+                    self.index(successor)
 
     def enqueue(self, tasks: Iterable[Task]) -> None:
         """Queue READY tasks for this process's workers. Tasks of queue names the dispatcher
@@ -326,6 +659,225 @@ class Trigger:
                 if task is not None and task.state is _P and task.unmet == 0:
                     self.index(task)
 
+    # -- herds ------------------------------------------------------------------------------------
+    def _drop_passed(self, now: float) -> None:
+        """Forget the per-second index of seconds gone by (their instances fired or left)."""
+        with self.lock:
+            seconds, by_second = self._seconds, self._by_second
+            while seconds and seconds[0] < now - 1:
+                second = heappop(seconds)
+                by_second.pop(second, None)
+                self._hot.discard(second)
+            for second in [s for s, w in self._warming.items() if s < now - 60 and w.done]:
+                del self._warming[second]
+
+    def _waiting(self, second: int, ids: Iterable[str]) -> list[str]:
+        """Those of *ids* still waiting in the wheel due in *second* (lock held): the per-second
+        lists may name ids fired, cancelled or placed again elsewhere since."""
+        instances, wheel, floor = self._instances, self.wheel, math.floor
+        out: list[str] = []
+        for task_id in ids:
+            due = instances.get(task_id)
+            if due is not None and floor(due) == second and task_id in wheel:
+                out.append(task_id)
+        return out
+
+    def _look(self, now: float) -> None:
+        """Begin pre-warming the herds that came within ``prewarm_ahead`` (their ids are
+        checked slice by slice, not here: this step stays short whatever the herd's size)."""
+        began: list[_Warming] = []
+        with self.lock:
+            horizon = now + self.prewarm_ahead
+            later = math.inf
+            for second in sorted(self._hot):
+                if second <= now:
+                    self._hot.discard(second)  # its instant came: nothing left to prepare ahead
+                elif second <= horizon:
+                    self._hot.discard(second)
+                    placed = self._by_second.setdefault(second, [])
+                    warming = _Warming(second=second, placed=placed, next_at=now)
+                    self._warming[second] = warming
+                    began.append(warming)
+                else:
+                    later = min(later, second - self.prewarm_ahead)
+            self._next_look = later
+        for warming in began:
+            log.info(
+                "herd: %d recurring instances due in the second from %s; pre-warming them",
+                warming.count,
+                _utc(warming.second),
+            )
+
+    def _prewarm(self, now: float) -> None:
+        """Run one pre-warming slice for the earliest herd whose slice is due."""
+        due = [w for w in self._warming.values() if not w.done and w.next_at <= now]
+        if not due:
+            return
+        warming = min(due, key=lambda w: w.second)
+        if now >= warming.second:
+            warming.done = True  # its instant came: what is left fires from the wheel
+            return
+        if not warming.left and warming.deferred:
+            if now < warming.retry_at:
+                warming.next_at = warming.retry_at
+                return
+            warming.again, warming.deferred = warming.deferred, []
+        self._slice(warming, now)
+        left = warming.left
+        if left:
+            time_left = warming.second - self.PREWARM_LEAD - now
+            slices = math.ceil(left / max(1, warming.per_slice))
+            gap = time_left / slices if time_left > 0 else 0.0
+            warming.next_at = now + min(1.0, max(self.MIN_GAP, gap))
+        elif warming.deferred:
+            warming.retry_at = now + 1.0  # their predecessors fire first
+            warming.next_at = warming.retry_at
+        else:
+            warming.done = True
+            if warming.reported:
+                return
+            warming.reported = True
+            log.info(
+                "herd at %s: %d of %d instances prepared (%d successors stored) in %d slices, "
+                "%.3f s of trigger work, the longest slice %.1f ms",
+                _utc(warming.second),
+                warming.prepared,
+                warming.count,
+                warming.successors,
+                warming.slices,
+                warming.work,
+                warming.longest_slice * 1e3,
+            )
+
+    def _slice(self, warming: _Warming, now: float) -> None:
+        """Prepare chunks of the herd's heads while ``slice_seconds`` allows (counting the store
+        step still to come, by its cost per head measured so far): one store step stores their
+        successors, then the prepared heads move from the wheel to the staging heap."""
+        planner = self.planner
+        assert planner is not None
+        clock = time.perf_counter
+        began = clock()
+        prepared: list[str] = []
+        successors: list[Task] = []
+        looked = 0
+        least = min(self.min_chunk, 64)
+        while warming.left:
+            chunk_began = clock()
+            taken = warming.take(self.PREPARE_CHUNK)
+            looked += len(taken)
+            with self.lock:
+                chunk = self._waiting(warming.second, dict.fromkeys(taken))
+            plan = planner.prepare(chunk, now)
+            prepared.extend(plan.prepared)
+            successors.extend(plan.successors)
+            warming.deferred.extend(plan.deferred)
+            warming.declined += len(chunk) - len(plan.prepared) - len(plan.deferred)
+            spent = clock() - began
+            chunk_cost = clock() - chunk_began
+            after = (len(successors) + self.PREPARE_CHUNK) * self._store_cost
+            if looked >= least and spent + chunk_cost + after >= self.slice_seconds:
+                break
+        if successors:
+            stored = clock()
+            try:
+                self.store.promote((), now, successors=successors)
+            except BaseException:
+                planner.forget(prepared)
+                raise
+            for successor in successors:
+                self.index(successor)
+            per_head = (clock() - stored) / len(successors)
+            self._store_cost = 0.7 * self._store_cost + 0.3 * max(1e-7, per_head)
+        gone: list[str] = []
+        with self.lock:
+            instances, staged, by_due, wheel = (
+                self._instances,
+                self._staged,
+                self._staged_by_due,
+                self.wheel,
+            )
+            for task_id in prepared:
+                due = instances.get(task_id)
+                if due is not None and wheel.cancel(task_id):
+                    staged[task_id] = due
+                    ids = by_due.get(due)
+                    if ids is None:
+                        ids = by_due[due] = deque()
+                        heappush(self._staged_heap, due)
+                    ids.append(task_id)
+                else:
+                    gone.append(task_id)
+        if gone:
+            planner.forget(gone)
+        took = clock() - began
+        warming.prepared += len(prepared) - len(gone)
+        warming.successors += len(successors)
+        warming.work += took
+        warming.slices += 1
+        warming.longest_slice = max(warming.longest_slice, took)
+        warming.per_slice = max(1, looked)
+
+    def herds(self, now: float, horizon: float = math.inf) -> list[Herd]:
+        """The herds seen coming within *horizon* seconds of *now* (and those whose second
+        came in the last minute), earliest first, with what pre-warming did for each. A herd
+        not yet pre-warming counts the instances placed in its second (an upper bound: ids
+        cancelled or moved since are only found out when it is pre-warmed)."""
+        out: list[Herd] = []
+        with self.lock:
+            for second in sorted(self._hot | self._warming.keys()):
+                if second > now + horizon:
+                    continue
+                warming = self._warming.get(second)
+                if warming is None:
+                    if second >= now:
+                        placed = len(self._by_second.get(second, ()))
+                        out.append(Herd(start=float(second), count=placed, state="ahead"))
+                    continue
+                if now >= second:
+                    due_left = bool(self._staged_heap and self._staged_heap[0] < second + 1)
+                    state = "firing" if due_left else "fired"
+                else:
+                    state = "warm" if warming.done else "warming"
+                out.append(
+                    Herd(
+                        start=float(second),
+                        count=warming.count,
+                        state=state,
+                        prepared=warming.prepared,
+                        successors=warming.successors,
+                        deferred=len(warming.deferred),
+                        declined=warming.declined,
+                        remaining=warming.left,
+                        work=warming.work,
+                        slices=warming.slices,
+                        longest_slice=warming.longest_slice,
+                    )
+                )
+        return out
+
+    def herd_ids(self, start: float) -> list[str]:
+        """The instances waiting to fire in the second from *start*: in the wheel or staged.
+
+        The per-second list is copied under the lock and checked outside it, so asking costs
+        the trigger no long pause even for a herd of 100,000.
+        """
+        second = math.floor(start)
+        with self.lock:
+            placed = list(self._by_second.get(second, ()))
+            staged = list(self._staged_by_due.items())
+        instances, floor = self._instances, math.floor
+        out = [
+            i
+            for i in dict.fromkeys(placed)
+            if (due := instances.get(i)) is not None and floor(due) == second
+        ]
+        known = set(out)
+        waiting = self._staged
+        for due, ids in staged:
+            if floor(due) == second:
+                out.extend(i for i in list(ids) if i in waiting and i not in known)
+        return out
+
     # -- refills and polls ----------------------------------------------------------------------------
     def refill_ready(self) -> None:
         """Fill the ready queue's free places from READY tasks in the store, highest priority then
@@ -356,18 +908,24 @@ class Trigger:
         """Load tasks due within the next poll interval that another process inserted, and queue
         READY tasks another process promoted (claims are compare-and-swap: one process wins)."""
         interval = self.poll_interval if self.poll_interval is not None else 1.0
-        self._load(self.store.due_before(now + 2 * interval, limit=10_000))
+        if not self._releasing:  # else ids taken from the wheel and not yet promoted come back
+            self._load(self.store.due_before(now + 2 * interval, limit=10_000))
         if self.ready.free:
             self.refill_ready()
 
     def _load(self, entries: Iterable[tuple[str, float, str | None]]) -> None:
+        wake: float | None = None
         with self.lock:
-            wheel, instances = self.wheel, self._instances
+            wheel, staged = self.wheel, self._staged
             for task_id, due, schedule_id in entries:
-                if task_id not in wheel:
+                if task_id not in wheel and task_id not in staged:
                     wheel.add(task_id, due)
                     if schedule_id is not None:
-                        instances.add(task_id)
+                        hot = self._count(task_id, due)
+                        if hot is not None:
+                            wake = hot
+        if wake is not None and self.waker is not None:
+            self.waker(wake)
 
     def reap(self, now: float) -> None:
         """Re-run (or end TIMED_OUT) RUNNING tasks whose lease expired before *now*."""
@@ -405,3 +963,8 @@ class Trigger:
     def _on_ready_low(self) -> None:
         if self.backlog and self.waker is not None:
             self.waker(None)
+
+
+def _utc(second: float) -> str:
+    """An instant as ISO 8601 UTC text, for log messages."""
+    return datetime.fromtimestamp(second, timezone.utc).isoformat().replace("+00:00", "Z")
