@@ -30,6 +30,7 @@ from timewheel.clock import Clock
 from timewheel.errors import DuplicateKeyError, VersionConflictError
 from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
+from timewheel.retention import Retention
 from timewheel.stores.base import Changed, Store
 from timewheel.task import Task, TaskState
 from timewheel.wheel import TimingWheel
@@ -94,6 +95,8 @@ class Trigger:
         planner: plans recurring instances; ``None`` treats every task as one-shot.
         outcomes: told about expired leases and skipped instances.
         on_ready: called after tasks were put on the ready queue (wakes idle workers).
+        retention: deletes expired finished tasks and maintains the store, a bounded step per
+            :meth:`fire` (``None``: never).
 
     Thread-safe: :meth:`fire` runs in one thread at a time (the loop's, or the one advancing a
     fake clock), while :meth:`place`, :meth:`index` and :meth:`unindex` may be called from any.
@@ -116,6 +119,7 @@ class Trigger:
         planner: InstancePlanner | None = None,
         outcomes: Outcomes | None = None,
         on_ready: Callable[[], None] | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.store = store
         self.ready = ready
@@ -126,6 +130,7 @@ class Trigger:
         self.planner = planner
         self.outcomes = outcomes
         self.on_ready = on_ready
+        self.retention = retention
         self.served: frozenset[str] | None = None if served is None else frozenset(served)
         self.durable = store.durable
         self.lease = lease
@@ -224,6 +229,8 @@ class Trigger:
             self.refill_ready()
         if self.durable and now + self.horizon / 2 >= self._refilled_until:
             self.refill_wheel(now)
+        if self.retention is not None:
+            self.retention.step(now)  # bounded: at most one batch, at most every few seconds
         deadline = self.next_deadline(now)
         if self.durable and self.poll_interval is not None:
             # other processes share the store: look for what they scheduled or made ready
