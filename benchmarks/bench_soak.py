@@ -90,7 +90,7 @@ class Outcome:
     duplicated: int = 0
     ticks: int = 0
     late: list[float] = field(default_factory=list)
-    removed: int = 0
+    seconds: float = 1.0
 
 
 def rss_bytes() -> int:
@@ -132,10 +132,12 @@ def soak(
     rng = random.Random(1)
     while (now := time.time()) < start + seconds:
         target = min(capacity, int((now - start) * args.rate))
-        while n < target:
+        # a producer that falls behind the rate still stops to sample on time
+        while n < target and (n % 100 or time.time() < next_sample):
             sched.schedule(work, n, delay=rng.random())  # the handle is dropped at once
             n += 1
-        if now >= next_sample:
+        if time.time() >= next_sample:
+            now = time.time()
             gc.collect()
             out.samples.append(
                 Sample(
@@ -155,6 +157,7 @@ def soak(
     sched.shutdown(wait=True)
     with _lock:
         out.scheduled = n
+        out.seconds = seconds
         out.lost = _runs[:n].count(0)
         out.duplicated = n - out.lost - _runs[:n].count(1)
         out.ticks = _ticks[0]
@@ -171,7 +174,11 @@ def report(out: Outcome) -> None:
         return late[min(len(late) - 1, int(p * len(late)))] * 1000 if late else float("nan")
 
     last = out.samples[-1]
-    print(f"\n== {out.name}: {out.scheduled:,} tasks scheduled, {len(out.samples)} samples")
+    rate = out.scheduled / out.seconds
+    print(
+        f"\n== {out.name}: {out.scheduled:,} tasks scheduled ({rate:,.0f}/s), "
+        f"{len(out.samples)} samples"
+    )
     print(
         f"  RSS slope      {slope(xs, [float(s.rss) for s in half]):+9.2f} B/task "
         f"(RSS at the end {last.rss / 2**20:.1f} MiB)"

@@ -188,15 +188,16 @@ def test_trigger_retention_step_is_bounded_per_fire() -> None:
     assert isinstance(store, SupportsMaintenance)
     now = T0 + 100
     removed: list[int] = []
-    for k in range(8):  # two fires per interval: the second does nothing
+    for k in range(8):  # two fires per interval
         trigger.fire(now + k * 2.5)
         removed.append(25 - sum(store.count_by_state().values()))
-    assert [n for _, n in store.prunes] == [10, 10, 5, 0], "at most one batch per interval"
-    assert all(limit == 10 for limit, _ in store.prunes)
-    assert removed == [10, 10, 20, 20, 25, 25, 25, 25]
+    # one batch per fire while batches come back full, then one pass per interval
+    assert [n for _, n in store.prunes] == [10, 10, 5, 0, 0]
+    assert all(limit == 10 for limit, _ in store.prunes), "every pass is bounded by the batch"
+    assert removed == [10, 20, 25, 25, 25, 25, 25, 25]
     assert retention.removed == 25
     # maintenance: after each pass that deleted tasks, then every maintain_interval
-    assert store.maintained == [now, now + 5, now + 10]
+    assert store.maintained == [now, now + 2.5, now + 5]
 
 
 def test_maintenance_runs_every_interval_without_retention() -> None:

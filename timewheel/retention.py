@@ -7,8 +7,10 @@ schedules themselves stay.
 
 The work is bounded: :meth:`Retention.step`, which :meth:`Trigger.fire <timewheel.trigger.
 Trigger.fire>` calls, does nothing until ``interval`` seconds passed since its last pass, then
-deletes at most ``batch`` tasks in one ``prune`` call (one short transaction on SQLite). A store
-with more to delete catches up over the next passes, never in one long hold of the store.
+deletes at most ``batch`` tasks in one ``prune`` call (one short transaction on SQLite). A pass
+that deleted a full batch is followed by another at the next fire instead of ``interval`` later,
+so retention keeps up with any rate the trigger fires at, one bounded batch per fire, never in
+one long hold of the store.
 
 A task whose :class:`~timewheel.jobs.Job` handle is still referenced somewhere in this process
 is kept, however old: the scheduler registers every handle it makes (:meth:`Retention.hold`) in a
@@ -90,7 +92,7 @@ class Retention:
         keep: seconds a finished task is kept after it ended; ``None`` keeps them forever (passes
             then only do the store's maintenance).
         batch: most tasks deleted per pass.
-        interval: least seconds between two passes.
+        interval: least seconds between two passes, unless the last one deleted a full batch.
         maintain_interval: most seconds between two maintenance calls, for stores that have
             maintenance to do.
 
@@ -128,7 +130,8 @@ class Retention:
 
     def step(self, now: float) -> int:
         """One pass, if one is due at *now*: delete at most ``batch`` expired finished tasks and
-        maintain the store when it is time. Returns the number of tasks deleted."""
+        maintain the store when it is time. Returns the number of tasks deleted. A full batch
+        makes the next pass due at once (the next fire)."""
         if now < self._next_pass:
             return 0
         self._next_pass = now + self.interval
@@ -136,6 +139,8 @@ class Retention:
         if self.keep is not None:
             removed = self.store.prune(before=now - self.keep, limit=self.batch, keep=self.held())
             self.removed += removed
+            if removed >= self.batch:
+                self._next_pass = now  # more may wait: one more batch at the next fire
         if self.maintenance is not None and (removed or now >= self._next_maintenance):
             self.maintenance.maintain(now)
             self._next_maintenance = now + self.maintain_interval
