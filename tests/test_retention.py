@@ -281,3 +281,29 @@ def test_the_kept_traceback_is_bounded() -> None:
     assert text.startswith("...\n")
     assert text.rstrip().endswith("x" * 20)
     assert e.__traceback__ is None
+
+
+# -- AsyncScheduler ------------------------------------------------------------------------------
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def anoop(n: int = 0) -> int:
+    return n
+
+
+@pytest.mark.anyio
+async def test_async_scheduler_removes_finished_tasks_keeps_held_ones() -> None:
+    clock = FakeClock(start=T0)
+    store = tw.MemoryStore()
+    async with tw.AsyncScheduler(clock=clock, store=store, keep_finished=60) as sched:
+        held = await sched.schedule(anoop, 1, delay=1)
+        await sched.schedule(anoop, 2, delay=1, id="dropped")
+        await sched.schedule(anoop, delay=10, id="tick-1")
+        await sched.run_until_idle()  # returns the jobs that ran, held until dropped
+        assert store.find("dropped") is not None
+        await sched.schedule(anoop, delay=120, id="tick-2")
+        await sched.run_until_idle()
+        assert store.find("dropped") is None, "gone 60 s after it ended"
+        assert await held == 1, "a referenced handle still reads its task"

@@ -15,7 +15,9 @@ one long hold of the store.
 A task whose :class:`~timewheel.jobs.Job` handle is still referenced somewhere in this process
 is kept, however old: the scheduler registers every handle it makes (:meth:`Retention.hold`) in a
 weak map, and each pass skips the ids of the handles still alive. Once the last handle of a task
-is dropped, the task goes at the next pass that reaches it.
+is dropped, the task goes at the next pass that reaches it. A pass looks at up to ``batch`` plus
+the number of live handles tasks per state, so an application that keeps very many handles makes
+each pass longer in proportion.
 
 Stores with maintenance to do (:class:`~timewheel.stores.base.SupportsMaintenance`, such as a WAL
 checkpoint in SQLite) get :meth:`~timewheel.stores.base.SupportsMaintenance.maintain` called from
@@ -26,6 +28,7 @@ here too: right after a pass that deleted tasks, and otherwise at least every
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from datetime import timedelta
 from typing import Literal, Protocol
@@ -117,16 +120,20 @@ class Retention:
         #: tasks deleted by all passes so far
         self.removed = 0
         self._handles: weakref.WeakValueDictionary[int, Handle] = weakref.WeakValueDictionary()
+        self._handles_lock = threading.Lock()  # an insert must not meet the copy in held()
         self._next_pass = -math.inf
         self._next_maintenance = -math.inf
 
     def hold(self, handle: Handle) -> None:
         """Keep the task of *handle* for as long as *handle* is referenced."""
-        self._handles[id(handle)] = handle
+        with self._handles_lock:
+            self._handles[id(handle)] = handle
 
     def held(self) -> set[str]:
         """The ids of the tasks live handles refer to."""
-        return {h.id for h in list(self._handles.values())}
+        with self._handles_lock:
+            handles = list(self._handles.values())
+        return {h.id for h in handles}
 
     def step(self, now: float) -> int:
         """One pass, if one is due at *now*: delete at most ``batch`` expired finished tasks and
