@@ -10,7 +10,9 @@ Driven by time, never by worker capacity. Each :meth:`Trigger.fire` does everyth
 3. put the READY tasks on the bounded ready queue; what does not fit stays READY in the store (the
    *backlog*) and is refilled, oldest first, as workers drain the queue;
 4. with a durable store, keep the wheel filled with the next ``horizon`` seconds of the store, and
-   poll for work other processes scheduled or made ready.
+   poll for work other processes scheduled or made ready;
+5. delete finished tasks past their retention, at most one bounded batch per call
+   (:mod:`timewheel.retention`).
 
 It returns the next deadline. Who calls it decides how time passes: the real-time
 :class:`~timewheel.loop.TriggerLoop` sleeps until the deadline, a ``FakeClock`` steps to it.
