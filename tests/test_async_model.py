@@ -106,6 +106,7 @@ class AsyncSchedulerMachine(SchedulerMachine):
             lease=LEASE,
             ready_capacity=capacity,
             max_lease_recoveries=MAX_RECOVERIES,
+            keep_finished=None,  # the model keeps every task it saw; retention is tested apart
         )
         self.loop.run_until_complete(sched.start())
         self.sched = SyncView(sched, self.loop)  # type: ignore[assignment]

@@ -433,6 +433,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             lease=LEASE,
             ready_capacity=capacity,
             max_lease_recoveries=MAX_RECOVERIES,
+            keep_finished=None,  # the model keeps every task it saw; retention is tested apart
         )
         self.sched.start()
 

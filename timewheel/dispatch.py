@@ -44,6 +44,7 @@ __all__ = [
     "ThreadPoolDispatcher",
     "complete",
     "refuse",
+    "release_frames",
     "report_unresolved",
     "run_claimed",
     "run_task",
@@ -143,6 +144,38 @@ class Dispatcher(Protocol):
         ...
 
 
+TRACEBACK_LIMIT = 8192
+"""Most characters of a failed run's formatted traceback kept on its exception (the last ones)."""
+
+
+def release_frames(exc: BaseException) -> None:
+    """Keep *exc* as text, not frames: set ``exc.formatted_traceback`` to its formatted traceback
+    (with its chain, cut to the last :data:`TRACEBACK_LIMIT` characters), then clear the
+    ``__traceback__`` of it and of every exception in its chain (``__cause__``, ``__context__``).
+
+    A finished task kept in a memory store holds its exception for ``job.exception()``; without
+    this, the exception would hold every frame of the failed run, and each frame its locals, for
+    as long as the task is kept. An exception type that refuses new attributes keeps only its
+    type and message.
+    """
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if len(text) > TRACEBACK_LIMIT:
+        text = "...\n" + text[-(TRACEBACK_LIMIT - 4) :]
+    try:
+        exc.formatted_traceback = text  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        pass
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        e = pending.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        pending.extend(c for c in (e.__cause__, e.__context__) if c is not None)
+
+
 def _summary(exc: BaseException) -> str:
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     return text if len(text) <= 2000 else text[:1997] + "..."
@@ -165,6 +198,7 @@ def complete(
     """
     store = engine.store
     now = engine.clock.time()
+    keep: BaseException | None = None
     if exc is None and not timed_out:
         changed = store.finish(
             task.id, owner=owner, state=TaskState.SUCCEEDED, now=now, result=result
@@ -223,6 +257,8 @@ def complete(
         )
         return None
     engine.finished(changed, exc, event)
+    if keep is not None:
+        release_frames(keep)  # after the listeners, which may still want the frames
     return changed
 
 

@@ -43,18 +43,26 @@ class JobRuntime(Protocol):
         """Call ``fn(job)`` when the task ends (at once if it already has)."""
         ...
 
+    def hold(self, handle: Job) -> None:
+        """Keep *handle*'s task from retention for as long as *handle* is referenced."""
+        ...
+
 
 class Job:
     """A handle on one task, shaped like ``concurrent.futures.Future``.
 
     Handles are cheap views: they hold the runtime and the id, and read the store on each call.
+    While a handle is referenced, the scheduler's retention keeps its task, finished or not
+    (see ``keep_finished``); once every handle on it is dropped, a finished task is deleted when
+    its retention period is over.
     """
 
-    __slots__ = ("_runtime", "id")
+    __slots__ = ("__weakref__", "_runtime", "id")
 
     def __init__(self, runtime: JobRuntime, task_id: str) -> None:
         self._runtime = runtime
         self.id = task_id
+        runtime.hold(self)
 
     @property
     def task(self) -> Task:

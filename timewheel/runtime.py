@@ -26,6 +26,7 @@ from timewheel.jobs import Job
 from timewheel.ready import ReadyQueue
 from timewheel.recurring import Recurring
 from timewheel.refs import Allowlist, permit_imports
+from timewheel.retention import Retention
 from timewheel.stores.base import Changed, OnConflict, Store, SupportsCompactInsert
 from timewheel.task import TERMINAL_STATES, Task, TaskState
 from timewheel.trigger import Trigger
@@ -71,6 +72,8 @@ class Runtime:
         allow: which stored function references run (``None``: registered names only on a
             durable store, anything on a store only this process writes); see
             :class:`~timewheel.refs.Allowlist`.
+        keep_finished: seconds a finished task is kept (``None``: forever); see
+            :mod:`timewheel.retention`.
     """
 
     def __init__(
@@ -88,8 +91,11 @@ class Runtime:
         batch: int,
         poll_interval: float | None,
         allow: Allowlist | None = None,
+        keep_finished: float | None = None,
     ) -> None:
         self.store = store
+        #: deletes finished tasks after *keep_finished* seconds, from the trigger
+        self.retention = Retention(store, keep_finished)
         self.clock = clock
         self.lease = lease
         self.timezone = timezone
@@ -110,6 +116,7 @@ class Runtime:
             served=served,
             planner=self.recurring,
             outcomes=self,
+            retention=self.retention,
         )
         #: False once the scheduler stopped: waits for PENDING/READY tasks then give up
         self.accepting = True
@@ -192,6 +199,10 @@ class Runtime:
     def job(self, task_id: str) -> Job:
         """A handle on *task_id*."""
         return Job(self, task_id)
+
+    def hold(self, handle: Job) -> None:
+        """Keep *handle*'s task from retention while *handle* is referenced."""
+        self.retention.hold(handle)
 
     def index(self, task: Task) -> None:
         """Put a PENDING task in the trigger's wheel (if runnable and within its horizon)."""

@@ -47,6 +47,7 @@ from timewheel.options import (
 from timewheel.ready import ReadyQueue
 from timewheel.recurring import HerdReport, Registry, Schedule, interval_of
 from timewheel.refs import Allowlist
+from timewheel.retention import KeepFinished, keep_finished_seconds
 from timewheel.rules import resolve_zone
 from timewheel.runtime import ClockDriver, Runtime, SchedulerStatistics
 from timewheel.stores.base import Store, SupportsCompactInsert, SupportsInspection
@@ -100,6 +101,12 @@ class Scheduler:
             function. ``schedule()`` refuses a function this scheduler would not run, and a
             stored reference outside it ends FAILED without being imported (see
             ``docs/security.md``).
+        keep_finished: how long a finished task (SUCCEEDED, FAILED, CANCELLED, TIMED_OUT,
+            UPSTREAM_FAILED) stays in the store after it ended, as a ``timedelta`` or seconds;
+            then the trigger deletes it, a few hundred at a time. ``"default"``: one hour on a
+            ``MemoryStore``, seven days on a durable store. ``None`` keeps finished tasks
+            forever. A task whose :class:`Job` handle is still referenced is kept (see
+            :mod:`timewheel.retention`).
 
     Use it as a context manager (``with Scheduler() as sched:``) or call :meth:`start` and
     :meth:`shutdown`. Tasks may be scheduled before :meth:`start`; none runs until then.
@@ -124,6 +131,7 @@ class Scheduler:
         batch: int = 1_000,
         poll_interval: float = 1.0,
         allow: Iterable[str] | Allowlist | None = None,
+        keep_finished: KeepFinished = "default",
     ) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._store: Store = store if store is not None else MemoryStore()
@@ -144,6 +152,7 @@ class Scheduler:
                 None if self._fake else seconds(poll_interval, "poll_interval", above=0)
             ),
             "allow": allow if allow is None or isinstance(allow, Allowlist) else Allowlist(allow),
+            "keep_finished": keep_finished_seconds(keep_finished, self._store),
         }
         self._state: Literal["created", "running", "stopped", "inherited"] = "created"
         self._assemble(dispatcher if dispatcher is not None else ThreadPoolDispatcher())

@@ -14,7 +14,9 @@ is due at ``now`` (:meth:`Trigger.fire` repeats steps until nothing due is left)
 4. pre-warm herds: a second holding ``herd_size`` or more recurring instances that comes within
    ``prewarm_ahead`` seconds is prepared in small slices during the time before it (below);
 5. with a durable store, keep the wheel filled with the next ``horizon`` seconds of the store, and
-   poll for work other processes scheduled or made ready.
+   poll for work other processes scheduled or made ready;
+6. delete finished tasks past their retention, at most one bounded batch per call
+   (:mod:`timewheel.retention`).
 
 It returns the next deadline: ``now`` itself while due work is left, so the real-time loop hands
 READY work to the workers between slices instead of holding the interpreter for the whole of a
@@ -48,6 +50,7 @@ from timewheel.clock import Clock
 from timewheel.errors import DuplicateKeyError, VersionConflictError
 from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
+from timewheel.retention import Retention
 from timewheel.stores.base import Changed, Store
 from timewheel.task import Task, TaskState
 from timewheel.wheel import TimingWheel, bucket_width
@@ -218,6 +221,8 @@ class Trigger:
         prewarm_ahead: how long before a herd's second pre-warming may begin (with a durable
             store, at most ``horizon``: the wheel holds no more).
         slice_seconds: the trigger work one pre-warming slice aims at.
+        retention: deletes expired finished tasks and maintains the store, a bounded step per
+            :meth:`step` (``None``: never).
 
     Thread-safe: :meth:`step` and :meth:`fire` run in one thread at a time (the loop's, or the
     one advancing a fake clock), while :meth:`place`, :meth:`index` and :meth:`unindex` may be
@@ -252,6 +257,7 @@ class Trigger:
         herd_size: int = 1_000,
         prewarm_ahead: float = 300.0,
         slice_seconds: float = 0.003,
+        retention: Retention | None = None,
     ) -> None:
         self.store = store
         self.ready = ready
@@ -262,6 +268,7 @@ class Trigger:
         self.planner = planner
         self.outcomes = outcomes
         self.on_ready = on_ready
+        self.retention = retention
         self.served: frozenset[str] | None = None if served is None else frozenset(served)
         self.durable = store.durable
         self.lease = lease
@@ -460,6 +467,8 @@ class Trigger:
             self.refill_ready()
         if self.durable and now + self.horizon / 2 >= self._refilled_until:
             self.refill_wheel(now)
+        if self.retention is not None:
+            self.retention.step(now)  # bounded: at most one batch, at most every few seconds
         polling = self.durable and self.poll_interval is not None
         if polling and now >= self._next_poll:
             # other processes share the store: look for what they scheduled or made ready

@@ -61,6 +61,7 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     tasks.check_tasks_listing,
     tasks.check_delete,
     tasks.check_prune,
+    tasks.check_prune_bounded,
     tasks.check_compact_insert,
     tasks.check_inspection,
     dependencies.check_dep_unknown_upstream,

@@ -525,3 +525,29 @@ def check_prune(store: Store) -> None:
     assert store.find("old") is None, "the old terminal task is gone"
     assert store.find("new") is not None, "a recently finished task is kept"
     assert store.find("live") is not None, "a non-terminal task is kept"
+
+
+def check_prune_bounded(store: Store) -> None:
+    """``prune(limit=n)`` deletes at most *n* tasks a call; ``keep=`` ids are never deleted."""
+    ids = [f"t{i}" for i in range(7)]
+    store.insert_many([new_task(i) for i in [*ids, "recent", "live"]])
+    for i in ids:
+        store.transition(i, expected_version=0, state=S.CANCELLED, now=T0 + 1)
+    store.transition("recent", expected_version=0, state=S.CANCELLED, now=T0 + 100)
+    kept = {"t0", "t3"}
+    counts = []
+    while True:
+        n = store.prune(before=T0 + 50, limit=2, keep=kept)
+        assert 0 <= n <= 2, f"prune(limit=2) deleted {n} tasks"
+        if n == 0:
+            break
+        counts.append(n)
+        assert len(counts) <= 5, "bounded prune calls make progress past the kept tasks"
+    assert sum(counts) == 5, f"the five expired tasks not kept are deleted (calls: {counts})"
+    assert sorted(ids_of(store.tasks(state=S.CANCELLED))) == ["recent", "t0", "t3"], (
+        "kept ids and a recently finished task stay"
+    )
+    assert store.find("live") is not None, "a non-terminal task is kept"
+    assert store.prune(before=T0 + 50, limit=0) == 0, "limit=0 deletes nothing"
+    assert store.prune(before=T0 + 50, keep=("t0",)) == 1, "keep= applies without a limit too"
+    assert store.find("t0") is not None

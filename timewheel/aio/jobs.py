@@ -45,20 +45,26 @@ class AsyncJobHost(Protocol):
         """Call ``fn(job)`` on the loop when the task ends (soon, if it already has)."""
         ...
 
+    def hold(self, handle: AsyncJob) -> None:
+        """Keep *handle*'s task from retention for as long as *handle* is referenced."""
+        ...
+
 
 class AsyncJob:
     """A handle on one task of an ``AsyncScheduler``.
 
     ``await job`` returns the function's result (or raises its exception), as ``await
     job.result()`` does. ``done()``, ``state`` and the other properties read the store at once
-    (with a durable store, one quick read on the calling thread).
+    (with a durable store, one quick read on the calling thread). While a handle is
+    referenced, retention keeps its task (see ``keep_finished``).
     """
 
-    __slots__ = ("_host", "id")
+    __slots__ = ("__weakref__", "_host", "id")
 
     def __init__(self, host: AsyncJobHost, task_id: str) -> None:
         self._host = host
         self.id = task_id
+        host.hold(self)
 
     @property
     def task(self) -> Task:

@@ -43,6 +43,7 @@ from timewheel.options import (
 from timewheel.ready import ReadyQueue
 from timewheel.recurring import Registry, Schedule, interval_of
 from timewheel.refs import Allowlist
+from timewheel.retention import KeepFinished, keep_finished_seconds
 from timewheel.rules import resolve_zone
 from timewheel.runtime import Runtime, SchedulerStatistics
 from timewheel.stores.base import Store, SupportsCompactInsert
@@ -85,8 +86,9 @@ class AsyncScheduler:
         store_runner: where store calls run (default: on the loop for a store that does no I/O,
             in one thread of its own for a durable store); see :mod:`timewheel.aio.runner`.
         tick, timezone, lease, ready_capacity, horizon, max_lease_recoveries, batch, poll_interval,
-        allow: as for :class:`~timewheel.scheduler.Scheduler` (*allow*: the modules whose
-            functions run from import paths read from a durable store; see ``docs/security.md``).
+        allow, keep_finished: as for :class:`~timewheel.scheduler.Scheduler` (*allow*: the
+            modules whose functions run from import paths read from a durable store; see
+            ``docs/security.md``; *keep_finished*: how long finished tasks are kept).
 
     Use it as an async context manager on the running loop (``async with AsyncScheduler() as
     sched:``) or await :meth:`start` and :meth:`shutdown`. Its methods are called from the loop's
@@ -115,6 +117,7 @@ class AsyncScheduler:
         batch: int = 1_000,
         poll_interval: float = 1.0,
         allow: Iterable[str] | Allowlist | None = None,
+        keep_finished: KeepFinished = "default",
     ) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._store: Store = store if store is not None else MemoryStore()
@@ -145,6 +148,7 @@ class AsyncScheduler:
                 None if self._driving else seconds(poll_interval, "poll_interval", above=0)
             ),
             allow=allow if allow is None or isinstance(allow, Allowlist) else Allowlist(allow),
+            keep_finished=keep_finished_seconds(keep_finished, self._store),
         )
         self._trigger = self._runtime.trigger
         self._events = self._runtime.events
@@ -527,6 +531,10 @@ class AsyncScheduler:
                     fut.cancel()
                     return task
         return await fut
+
+    def hold(self, handle: AsyncJob) -> None:
+        """Keep *handle*'s task from retention while *handle* is referenced."""
+        self._runtime.retention.hold(handle)
 
     def add_done_callback(self, task_id: str, fn: Callable[[AsyncJob], object]) -> None:
         """Call ``fn(job)`` on the loop's thread when the task ends (soon, if it already has);

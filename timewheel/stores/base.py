@@ -9,17 +9,25 @@ Besides :class:`Store`, a store may offer optional abilities, each a small runti
 protocol that callers test with one ``isinstance`` check:
 
 * :class:`SupportsCompactInsert`: cheap inserts of fresh tasks with default options;
-* :class:`SupportsInspection`: the read-only queries behind ``timewheel inspect``.
+* :class:`SupportsInspection`: the read-only queries behind ``timewheel inspect``;
+* :class:`SupportsMaintenance`: housekeeping the scheduler's trigger runs now and then.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from timewheel.task import ScheduleRecord, Task, TaskState
 
-__all__ = ["Changed", "OnConflict", "Store", "SupportsCompactInsert", "SupportsInspection"]
+__all__ = [
+    "Changed",
+    "OnConflict",
+    "Store",
+    "SupportsCompactInsert",
+    "SupportsInspection",
+    "SupportsMaintenance",
+]
 
 OnConflict = Literal["error", "keep", "replace"]
 
@@ -162,8 +170,20 @@ class Store(Protocol):
         """Remove a task; True if it existed."""
         ...
 
-    def prune(self, *, before: float, states: Iterable[TaskState] | None = None) -> int:
-        """Delete terminal tasks (or those in *states*) last updated before *before*; the count."""
+    def prune(
+        self,
+        *,
+        before: float,
+        states: Iterable[TaskState] | None = None,
+        limit: int | None = None,
+        keep: Collection[str] = (),
+    ) -> int:
+        """Delete terminal tasks (or those in *states*) last updated before *before*; the count.
+
+        With *limit*, delete at most that many (the earliest first, as far as the store keeps an
+        order) and look at no more than about ``limit + len(keep)`` tasks per state: a bounded
+        step that a caller repeats. Tasks whose id is in *keep* are never deleted.
+        """
         ...
 
     # -- recurring schedules ------------------------------------------------------------------
@@ -255,4 +275,15 @@ class SupportsInspection(Protocol):
 
     def unresolvable(self) -> dict[str, int]:
         """Function references this process cannot resolve -> READY tasks waiting on each."""
+        ...
+
+
+@runtime_checkable
+class SupportsMaintenance(Protocol):
+    """**Protocol:** a store with housekeeping to do now and then (the SQLite store checkpoints
+    its write-ahead log). The scheduler's trigger calls :meth:`maintain` after it pruned finished
+    tasks and otherwise every few minutes (see ``timewheel.retention``)."""
+
+    def maintain(self, now: float) -> None:
+        """Do a short piece of housekeeping; never waits long for other connections."""
         ...

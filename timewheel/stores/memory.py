@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from timewheel.stores import policy
@@ -442,13 +443,25 @@ class MemoryStore(Store):
         self._dependents.pop(task_id, None)
         return True
 
-    def prune(self, *, before: float, states: Iterable[TaskState] | None = None) -> int:
+    def prune(
+        self,
+        *,
+        before: float,
+        states: Iterable[TaskState] | None = None,
+        limit: int | None = None,
+        keep: Collection[str] = (),
+    ) -> int:
         """Delete terminal tasks (or those in *states*) last updated before *before*; the count.
 
-        The lock is held to copy the candidates' ids, then for batches of at most
-        ``_PRUNE_BATCH`` deletions, so other threads keep going while a large store is pruned.
+        Without *limit*, the lock is held to copy the candidates' ids, then for batches of at
+        most ``_PRUNE_BATCH`` deletions, so other threads keep going while a large store is
+        pruned. With *limit*, one hold of the lock looks at no more than ``limit + len(keep)``
+        tasks per state, in the order they entered it, and deletes at most *limit*.
+        Tasks whose id is in *keep* stay.
         """
         sts = TERMINAL_STATES if states is None else frozenset(states)
+        if limit is not None:
+            return self._prune_some(before, sts, limit, keep)
         with self._lock:
             self._writable()
             candidates = [list(self._by_state[s]) for s in sts]
@@ -459,17 +472,45 @@ class MemoryStore(Store):
                 with self._lock:
                     for i in ids[start : start + _PRUNE_BATCH]:
                         t = self._tasks.get(i)  # changed meanwhile? then it may be kept
-                        if t is not None and t.state in sts and t.updated < before:
+                        stale = t is not None and t.state in sts and t.updated < before
+                        if stale and i not in keep:
                             self._delete(i)
                             total += 1
         for start in range(0, len(compact), _PRUNE_BATCH):
             with self._lock:
                 for i in compact[start : start + _PRUNE_BATCH]:
                     created = self._lite.created(i)
-                    if created is not None and created < before:
+                    if created is not None and created < before and i not in keep:
                         self._delete(i)
                         total += 1
         return total
+
+    def _prune_some(
+        self, before: float, sts: frozenset[TaskState], limit: int, keep: Collection[str]
+    ) -> int:
+        """The bounded :meth:`prune`: one hold of the lock, a bounded look per state."""
+        look = limit + len(keep)
+        with self._lock:
+            self._writable()
+            doomed: list[str] = []
+            for s in sts:
+                if len(doomed) >= limit:
+                    break
+                for i in itertools.islice(self._by_state[s], look):
+                    if self._tasks[i].updated < before and i not in keep:
+                        doomed.append(i)
+                        if len(doomed) >= limit:
+                            break
+            if _P in sts and len(doomed) < limit:
+                for i in itertools.islice(self._lite, look):
+                    created = self._lite.created(i)
+                    if created is not None and created < before and i not in keep:
+                        doomed.append(i)
+                        if len(doomed) >= limit:
+                            break
+            for i in doomed:
+                self._delete(i)
+        return len(doomed)
 
     # -- inspection -----------------------------------------------------------------------------
     def oldest_ready_age(self, now: float) -> float | None:

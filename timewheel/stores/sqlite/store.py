@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -568,15 +568,27 @@ class SQLiteStore(Store):
             )
             return True
 
-    def prune(self, *, before: float, states: Iterable[TaskState] | None = None) -> int:
+    def prune(
+        self,
+        *,
+        before: float,
+        states: Iterable[TaskState] | None = None,
+        limit: int | None = None,
+        keep: Collection[str] = (),
+    ) -> int:
         """Delete terminal tasks (or those in *states*) last updated before *before*; the count.
 
-        Deletes in transactions of at most a few hundred tasks, releasing the write lock between
-        them so other writers keep going, then checkpoints the WAL so it shrinks back. Each state
-        is walked once along its index (by due time), so the work is linear in its tasks.
+        Without *limit*, deletes in transactions of at most a few hundred tasks, releasing the
+        write lock between them so other writers keep going, then checkpoints the WAL so it
+        shrinks back. Each state is walked once along its index (by due time), so the work is
+        linear in its tasks. With *limit*, one transaction reads at most ``limit + len(keep)``
+        rows per state, earliest due first, and deletes at most *limit* of them (no checkpoint:
+        :meth:`maintain` does that). Tasks whose id is in *keep* stay.
         """
         sts = sorted({TaskState(s).value for s in (TERMINAL_STATES if states is None else states)})
         before_us = to_us(before)
+        if limit is not None:
+            return self._prune_some(sts, before_us, limit, keep)
         total = 0
         for state in sts:
             due, rowid = _MIN_INT64, _MIN_INT64  # a cursor past the tasks already looked at
@@ -585,13 +597,10 @@ class SQLiteStore(Store):
                     rows = conn.execute(
                         _PRUNE_SELECT, (state, before_us, due, rowid, _PRUNE_BATCH)
                     ).fetchall()
-                    if rows:
-                        ids = [task_id for _, _, task_id in rows]
-                        marks = _sql_in(len(ids))
-                        conn.execute(f"DELETE FROM deps WHERE upstream IN ({marks})", ids)
-                        conn.execute(f"DELETE FROM deps WHERE downstream IN ({marks})", ids)
-                        conn.execute(f"DELETE FROM tasks WHERE id IN ({marks})", ids)
-                total += len(rows)
+                    ids = [task_id for _, _, task_id in rows if task_id not in keep]
+                    if ids:
+                        self._delete_rows(conn, ids)
+                total += len(ids)
                 if len(rows) < _PRUNE_BATCH:
                     break
                 due, rowid, _ = rows[-1]
@@ -599,6 +608,41 @@ class SQLiteStore(Store):
             self._connections.try_checkpoint(_IDLE_CHECKPOINT_WAIT)
             self._last_checkpoint = time.monotonic()
         return total
+
+    def _prune_some(
+        self, states: Sequence[str], before_us: int, limit: int, keep: Collection[str]
+    ) -> int:
+        """The bounded :meth:`prune`: one transaction, a bounded read per state."""
+        if limit <= 0:
+            return 0
+        doomed: list[str] = []
+        with self._tx("pruning tasks") as conn:
+            for state in states:
+                rows = conn.execute(
+                    _PRUNE_SELECT,
+                    (state, before_us, _MIN_INT64, _MIN_INT64, limit - len(doomed) + len(keep)),
+                ).fetchall()
+                doomed.extend(task_id for _, _, task_id in rows if task_id not in keep)
+                del doomed[limit:]
+                if len(doomed) >= limit:
+                    break
+            if doomed:
+                self._delete_rows(conn, doomed)
+        return len(doomed)
+
+    @staticmethod
+    def _delete_rows(conn: sqlite3.Connection, ids: Sequence[str]) -> None:
+        marks = _sql_in(len(ids))
+        conn.execute(f"DELETE FROM deps WHERE upstream IN ({marks})", ids)
+        conn.execute(f"DELETE FROM deps WHERE downstream IN ({marks})", ids)
+        conn.execute(f"DELETE FROM tasks WHERE id IN ({marks})", ids)
+
+    def maintain(self, now: float) -> None:
+        """Checkpoint the write-ahead log, waiting at most a few tens of milliseconds for other
+        connections (see :class:`~timewheel.stores.base.SupportsMaintenance`). *now* is unused:
+        the checkpoint is due whenever the trigger asks."""
+        self._connections.try_checkpoint(_IDLE_CHECKPOINT_WAIT)
+        self._last_checkpoint = time.monotonic()
 
     # -- schedules --------------------------------------------------------------------------------
     def put_schedule(

@@ -1,0 +1,154 @@
+"""Retention: finished tasks are removed after a while, a little at a time, from the trigger.
+
+A scheduler keeps a finished task (SUCCEEDED, FAILED, CANCELLED, TIMED_OUT, UPSTREAM_FAILED) for
+``keep_finished`` seconds after it ended, then deletes it, so a store that runs for months stays
+the size of its recent work. Finished instances of recurring schedules go the same way; the
+schedules themselves stay.
+
+The work is bounded: :meth:`Retention.step`, which :meth:`Trigger.fire <timewheel.trigger.
+Trigger.fire>` calls, does nothing until ``interval`` seconds passed since its last pass, then
+deletes at most ``batch`` tasks in one ``prune`` call (one short transaction on SQLite). A pass
+that deleted a full batch is followed by another at the next fire instead of ``interval`` later,
+so retention keeps up with any rate the trigger fires at, one bounded batch per fire, never in
+one long hold of the store.
+
+A task whose :class:`~timewheel.jobs.Job` handle is still referenced somewhere in this process
+is kept, however old: the scheduler registers every handle it makes (:meth:`Retention.hold`) in a
+weak map, and each pass skips the ids of the handles still alive. Once the last handle of a task
+is dropped, the task goes at the next pass that reaches it. A pass looks at up to ``batch`` plus
+the number of live handles tasks per state, so an application that keeps very many handles makes
+each pass longer in proportion.
+
+Stores with maintenance to do (:class:`~timewheel.stores.base.SupportsMaintenance`, such as a WAL
+checkpoint in SQLite) get :meth:`~timewheel.stores.base.SupportsMaintenance.maintain` called from
+here too: right after a pass that deleted tasks, and otherwise at least every
+``maintain_interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from datetime import timedelta
+from typing import Literal, Protocol
+
+from timewheel.stores.base import Store, SupportsMaintenance
+
+__all__ = [
+    "DURABLE_KEEP_FINISHED",
+    "MEMORY_KEEP_FINISHED",
+    "Handle",
+    "KeepFinished",
+    "Retention",
+    "keep_finished_seconds",
+]
+
+MEMORY_KEEP_FINISHED = 3600.0
+"""Default retention of finished tasks on a store only this process uses (memory): one hour."""
+
+DURABLE_KEEP_FINISHED = 7 * 86400.0
+"""Default retention of finished tasks on a durable store (SQLite): seven days."""
+
+KeepFinished = timedelta | float | None | Literal["default"]
+"""What ``keep_finished=`` takes: a duration, seconds, ``None`` (keep forever) or ``"default"``."""
+
+
+class Handle(Protocol):
+    """**Protocol:** a live handle on a task (``Job``, ``AsyncJob``): its task is kept."""
+
+    @property
+    def id(self) -> str:
+        """The task id."""
+        ...
+
+
+def keep_finished_seconds(value: KeepFinished, store: Store) -> float | None:
+    """Seconds to keep finished tasks in *store* (``None``: forever), from ``keep_finished=``.
+
+    ``"default"`` is :data:`DURABLE_KEEP_FINISHED` on a durable store, else
+    :data:`MEMORY_KEEP_FINISHED`. Raises ``ValueError`` for a negative or non-finite duration and
+    ``TypeError`` for anything else.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value != "default":
+            raise ValueError(f"keep_finished must be a duration, None or 'default', not {value!r}")
+        return DURABLE_KEEP_FINISHED if store.durable else MEMORY_KEEP_FINISHED
+    if isinstance(value, timedelta):
+        secs = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        secs = float(value)
+    else:
+        raise TypeError(f"keep_finished must be a timedelta, seconds or None, not {value!r}")
+    if not math.isfinite(secs) or secs < 0:
+        raise ValueError(f"keep_finished must be a finite duration >= 0, not {value!r}")
+    return secs
+
+
+class Retention:
+    """Deletes finished tasks older than *keep* seconds, in bounded passes (module docstring).
+
+    Args:
+        store: where the tasks live.
+        keep: seconds a finished task is kept after it ended; ``None`` keeps them forever (passes
+            then only do the store's maintenance).
+        batch: most tasks deleted per pass.
+        interval: least seconds between two passes, unless the last one deleted a full batch.
+        maintain_interval: most seconds between two maintenance calls, for stores that have
+            maintenance to do.
+
+    :meth:`step` runs in the trigger's thread; :meth:`hold` may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        keep: float | None,
+        *,
+        batch: int = 500,
+        interval: float = 5.0,
+        maintain_interval: float = 120.0,
+    ) -> None:
+        self.store = store
+        self.keep = keep
+        self.batch = batch
+        self.interval = interval
+        self.maintain_interval = maintain_interval
+        self.maintenance = store if isinstance(store, SupportsMaintenance) else None
+        #: tasks deleted by all passes so far
+        self.removed = 0
+        self._handles: weakref.WeakValueDictionary[int, Handle] = weakref.WeakValueDictionary()
+        self._handles_lock = threading.Lock()  # an insert must not meet the copy in held()
+        self._next_pass = -math.inf
+        self._next_maintenance = -math.inf
+
+    def hold(self, handle: Handle) -> None:
+        """Keep the task of *handle* for as long as *handle* is referenced."""
+        with self._handles_lock:
+            self._handles[id(handle)] = handle
+
+    def held(self) -> set[str]:
+        """The ids of the tasks live handles refer to."""
+        with self._handles_lock:
+            handles = list(self._handles.values())
+        return {h.id for h in handles}
+
+    def step(self, now: float) -> int:
+        """One pass, if one is due at *now*: delete at most ``batch`` expired finished tasks and
+        maintain the store when it is time. Returns the number of tasks deleted. A full batch
+        makes the next pass due at once (the next fire)."""
+        if now < self._next_pass:
+            return 0
+        self._next_pass = now + self.interval
+        removed = 0
+        if self.keep is not None:
+            removed = self.store.prune(before=now - self.keep, limit=self.batch, keep=self.held())
+            self.removed += removed
+            if removed >= self.batch:
+                self._next_pass = now  # more may wait: one more batch at the next fire
+        if self.maintenance is not None and (removed or now >= self._next_maintenance):
+            self.maintenance.maintain(now)
+            self._next_maintenance = now + self.maintain_interval
+        return removed
