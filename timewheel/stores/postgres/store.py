@@ -708,7 +708,7 @@ class PostgresStore(Store):
             "GROUP BY func",
             (bad,),
         )
-        out = dict(rows)
+        out: dict[str, int] = dict(rows)
         return {r: out.get(r, 0) for r in bad}
 
     def oldest_ready_age(self, now: float) -> float | None:
