@@ -30,7 +30,7 @@ from psycopg import sql
 
 from timewheel.errors import StoreError
 
-__all__ = ["Connections", "redact"]
+__all__ = ["APPLICATION_NAME", "Connections", "password_of", "redact"]
 
 log = logging.getLogger("timewheel.stores.postgres")
 
@@ -65,6 +65,19 @@ def redact(dsn: str) -> str:
     for word in dsn.split():
         words.append("password=***" if word.lower().startswith("password=") else word)
     return " ".join(words)
+
+
+APPLICATION_NAME = "timewheel"
+"""The ``application_name`` the store's connections show in ``pg_stat_activity`` (unless the
+connection string sets one)."""
+
+
+def _application_name(dsn: str) -> dict[str, Any]:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return {}
+    return {} if info.get("application_name") else {"application_name": APPLICATION_NAME}
 
 
 def password_of(dsn: str) -> str | None:
@@ -107,6 +120,7 @@ class Connections:
         self.retries = retries
         self.connect_timeout = connect_timeout
         self._password = password_of(dsn)
+        self._kwargs = _application_name(dsn)
         self._lock = threading.Lock()
         self._pool: psycopg_pool.ConnectionPool[Conn] | None = None
         self._pid = os.getpid()
@@ -126,7 +140,7 @@ class Connections:
         """
         try:
             conn: Conn = psycopg.connect(
-                self.dsn, connect_timeout=max(1, round(self.connect_timeout))
+                self.dsn, connect_timeout=max(1, round(self.connect_timeout)), **self._kwargs
             )
         except psycopg.Error as e:
             raise StoreError(
@@ -154,6 +168,7 @@ class Connections:
                     self.dsn,
                     min_size=1,
                     max_size=self.max_size,
+                    kwargs=dict(self._kwargs),
                     configure=self._configure,
                     timeout=self.connect_timeout,
                     reconnect_timeout=max(self.connect_timeout, 5.0),
