@@ -381,26 +381,33 @@ def test_worker_command_on_a_postgresql_url(postgres_schemas: Schemas, tmp_path:
             producer.schedule(record, f"t{i}", str(log), delay=0.5 + (i % 5) * 0.1)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "timewheel", "worker", "tests.apps.worker_app:jobs"]
-    workers = [
-        subprocess.Popen(
-            [*cmd, "--store", url, "--concurrency", "4"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for _ in range(2)
-    ]
+    outs = [tmp_path / f"worker{k}.out" for k in range(2)]
+    workers = []
+    for path in outs:
+        with open(path, "wb") as sink:
+            workers.append(
+                subprocess.Popen(
+                    [*cmd, "--store", url, "--concurrency", "4"],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                )
+            )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if store.count_by_state().get(TaskState.SUCCEEDED, 0) >= n:
+            # both workers have started (and handle SIGTERM) and the work is done
+            started = all(p.read_text().startswith("timewheel worker") for p in outs)
+            if started and store.count_by_state().get(TaskState.SUCCEEDED, 0) >= n:
                 break
             time.sleep(0.2)
     finally:
         for w in workers:
             w.send_signal(signal.SIGTERM)
-        outputs = [w.communicate(timeout=30)[0].decode() for w in workers]
+        for w in workers:
+            w.wait(timeout=30)
+    outputs = [p.read_text() for p in outs]
     for w, text in zip(workers, outputs, strict=True):
         assert w.returncode == 0, text
     runs = Counter(line.split()[0] for line in log.read_text().splitlines())

@@ -320,7 +320,7 @@ def _open(url: str, *, create: bool = False, read_only_ok: bool = False) -> _Ope
         if not create:
             _check_exists(url, path, create_hint=not read_only_ok)
         options = {"create": create, "read_only": read_only_ok}
-    elif urlsplit(url).scheme in ("postgresql", "postgres"):
+    elif urlsplit(url).scheme == "postgresql":
         # a mistyped schema must not become a new store either: `migrate` or --create makes one
         options = {"create": create, "read_only": read_only_ok}
     try:

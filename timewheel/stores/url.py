@@ -55,7 +55,7 @@ def open_store(url: str, *, create: bool = True, read_only: bool = False) -> Sto
         from timewheel.stores.sqlite import SQLiteStore
 
         return SQLiteStore.from_url(url, create=create, read_only=read_only)
-    if scheme in ("postgresql", "postgres"):
+    if scheme == "postgresql":
         try:
             from timewheel.stores.postgres import PostgresStore
         except ImportError as e:

@@ -778,7 +778,7 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
         StoreConfigError: an option is malformed.
     """
     parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
+    if parts.scheme != "postgresql":
         raise StoreConfigError("not a postgresql:// URL")
     options: dict[str, Any] = {}
     rest: list[tuple[str, str]] = []
