@@ -267,6 +267,40 @@ def test_a_connection_killed_mid_finish_is_retried(pg: PostgresStore) -> None:
     assert pg.get("a").version == t.version + 1
 
 
+def test_a_connection_killed_mid_claim_is_retried(pg: PostgresStore) -> None:
+    dsn = postgres_dsn()
+    now = time.time()
+    ids = [f"t{i}" for i in range(5)]
+    pg.insert_many([_task(i) for i in ids])
+    pg.promote(ids, now)
+    holder = psycopg.connect(dsn)
+    holder.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(pg.schema)))
+    holder.execute("LOCK TABLE tasks IN EXCLUSIVE MODE")  # the claim waits inside its statement
+    result: list[list[Task]] = []
+    claimer = threading.Thread(
+        target=lambda: result.append(
+            pg.claim_next(owner="w", lease_expires=now + 60, now=now, limit=10)
+        )
+    )
+    claimer.start()
+    try:
+        deadline = time.monotonic() + 10
+        killed = 0
+        while not killed and time.monotonic() < deadline:
+            killed = _kill_store_backends(dsn, " AND wait_event_type = 'Lock'")
+            time.sleep(0.02)
+        assert killed == 1
+    finally:
+        holder.rollback()
+        holder.close()
+    claimer.join(30)
+    assert not claimer.is_alive()
+    (claimed,) = result
+    assert sorted(t.id for t in claimed) == ids
+    assert all(t.attempts == 1 for t in claimed)  # the killed attempt left nothing behind
+    assert pg.count_by_state() == {TaskState.RUNNING: 5}
+
+
 def test_a_spent_retry_budget_is_a_clear_store_error(postgres_schemas: Schemas) -> None:
     dsn, name = postgres_schemas()
     role = f"tw_role_{uuid.uuid4().hex[:10]}"
@@ -419,3 +453,38 @@ def test_worker_command_on_a_postgresql_url(postgres_schemas: Schemas, tmp_path:
     out = io.StringIO()
     assert main(["inspect", "--store", url], out=out) == 0
     assert "succeeded" in out.getvalue()
+
+
+# -- the delay queue -----------------------------------------------------------------------------
+def test_a_delay_queue_survives_a_restart_on_postgresql(postgres_schemas: Schemas) -> None:
+    from datetime import datetime, timezone
+
+    from timewheel.delayqueue import DelayQueue
+    from timewheel.testing import FakeClock
+
+    dsn, name = postgres_schemas()
+    clock = FakeClock(start=datetime(2026, 3, 29, tzinfo=timezone.utc))
+    store = PostgresStore(dsn, schema=name)
+    dq: DelayQueue[object] = DelayQueue(clock=clock, store=store, name="mail")
+    taken = dq.put({"to": "taken"}, delay=1)
+    dq.put({"to": "ready"}, delay=2)
+    cancelled = dq.put("cancelled", delay=3)
+    dq.put(10, delay=20)
+    clock.advance(2)
+    assert dq.get_nowait() == {"to": "taken"}
+    assert cancelled.cancel()
+    assert store.get(taken.id).state is TaskState.SUCCEEDED
+    assert store.get(cancelled.id).state is TaskState.CANCELLED
+    dq.shutdown()
+    store.close()
+
+    store = PostgresStore(dsn, schema=name, create=False)
+    dq = DelayQueue(clock=clock, store=store, name="mail")
+    assert len(dq) == 2
+    assert dq.ready_count() == 1
+    assert dq.get_nowait() == {"to": "ready"}
+    assert clock.advance(60) == [10]
+    assert dq.get_nowait() == 10
+    assert len(dq) == 0
+    dq.shutdown()
+    store.close()
