@@ -163,6 +163,23 @@ def test_url_options_are_checked() -> None:
         open_store("postgresql://u@127.0.0.1/db?pool_size=many")
     with pytest.raises(StoreConfigError, match="schema"):
         PostgresStore("postgresql://u@127.0.0.1/db", schema="")
+    with pytest.raises(StoreConfigError, match="retries must be a whole number >= 0"):
+        PostgresStore("postgresql://u@127.0.0.1/db", retries=-1)
+    with pytest.raises(StoreConfigError, match="connect_timeout"):
+        open_store("postgresql://u@127.0.0.1/db?connect_timeout=-2")
+
+
+def test_a_pickled_store_reopens_the_same_schema(pg: PostgresStore) -> None:
+    import pickle
+
+    pg.insert(_task("a"))
+    copy = pickle.loads(pickle.dumps(pg))
+    try:
+        assert isinstance(copy, PostgresStore)
+        assert copy.schema == pg.schema
+        assert copy.get("a").id == "a"
+    finally:
+        copy.close()
 
 
 # -- credentials -------------------------------------------------------------------------------

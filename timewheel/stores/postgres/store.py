@@ -18,8 +18,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
-from timewheel import refs
-from timewheel.errors import StoreConfigError, StoreError, VersionConflictError
+from timewheel import refs, validate
+from timewheel.errors import (
+    InvalidScheduleError,
+    StoreConfigError,
+    StoreError,
+    VersionConflictError,
+)
 from timewheel.stores import policy
 from timewheel.stores.base import Changed, OnConflict, Store
 from timewheel.stores.postgres import schema
@@ -113,14 +118,22 @@ class PostgresStore(Store):
             raise StoreConfigError(
                 f"schema must be a non-empty name of at most 63 bytes (got {schema!r})"
             )
-        for name, n in (("pool_size", pool_size), ("retries", retries)):
-            if (
-                isinstance(n, bool)
-                or not isinstance(n, int)
-                or n < (1 if name == "pool_size" else 0)
-            ):
-                raise StoreConfigError(f"{name} must be a whole number >= 1 (got {n!r})")
+        for name, n, least in (("pool_size", pool_size, 1), ("retries", retries, 0)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < least:
+                raise StoreConfigError(f"{name} must be a whole number >= {least} (got {n!r})")
+        try:
+            timeout = validate.seconds(
+                connect_timeout, "connect_timeout", above=0, timedelta_ok=False
+            )
+        except InvalidScheduleError as e:
+            raise StoreConfigError(str(e)) from None
+        for name, flag in (("create", create), ("read_only", read_only)):
+            if not isinstance(flag, bool):
+                raise StoreConfigError(f"{name} must be True or False (got {flag!r})")
         self.schema = schema
+        self.pool_size = pool_size
+        self.retries = retries
+        self.connect_timeout = timeout
         self.read_only = read_only
         self._connections = Connections(
             dsn,
@@ -128,7 +141,7 @@ class PostgresStore(Store):
             read_only=read_only,
             max_size=pool_size,
             retries=retries,
-            connect_timeout=connect_timeout,
+            connect_timeout=timeout,
         )
         self.where = self._connections.where
         self._resolvable: dict[str, bool] = {}
@@ -140,7 +153,7 @@ class PostgresStore(Store):
             if create and not read_only:
                 _migrate(conn, self.schema)
             else:
-                schema_check(conn, self.schema, self.where)
+                _require(conn, self.schema, self.where)
             self.clock_offset = _clock_offset(conn)
         except psycopg.Error as e:
             raise StoreError(
@@ -766,6 +779,20 @@ class PostgresStore(Store):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __reduce__(self) -> tuple[Callable[..., PostgresStore], tuple[Any, ...]]:
+        # a spawned process opens its own pool on the same schema (connections are never pickled)
+        return (
+            _reopen,
+            (
+                self._connections.dsn,
+                self.schema,
+                self.read_only,
+                self.pool_size,
+                self.retries,
+                self.connect_timeout,
+            ),
+        )
+
     def __repr__(self) -> str:
         ro = ", read_only=True" if self.read_only else ""
         return f"PostgresStore({self.where!r}, schema={self.schema!r}{ro})"
@@ -797,12 +824,26 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
     return urlunsplit(parts._replace(query=urlencode(rest))), options
 
 
+def _reopen(
+    dsn: str, schema_name: str, read_only: bool, pool_size: int, retries: int, timeout: float
+) -> PostgresStore:
+    return PostgresStore(
+        dsn,
+        schema=schema_name,
+        create=False,
+        read_only=read_only,
+        pool_size=pool_size,
+        retries=retries,
+        connect_timeout=timeout,
+    )
+
+
 def _migrate(conn: Conn, name: str) -> None:
     conn.autocommit = False
     schema.migrate(conn, name)
 
 
-def schema_check(conn: Conn, name: str, where: str) -> None:
+def _require(conn: Conn, name: str, where: str) -> None:
     """Refuse a schema that holds no store, an older or a newer one."""
     schema.require(conn, name, where)
     conn.rollback()
