@@ -321,6 +321,9 @@ def _open(url: str, *, create: bool = False, read_only_ok: bool = False) -> _Ope
         if not create:
             _check_exists(url, path, create_hint=not read_only_ok)
         options = {"create": create, "read_only": read_only_ok}
+    elif urlsplit(url).scheme == "postgresql":
+        # a mistyped schema must not become a new store either: `migrate` or --create makes one
+        options = {"create": create, "read_only": read_only_ok}
     try:
         store = open_store(url, **options)
     except StoreConfigError as e:
@@ -328,6 +331,15 @@ def _open(url: str, *, create: bool = False, read_only_ok: bool = False) -> _Ope
     except TimewheelError as e:
         _fail(f"{e}")
     return _Opened(store, url)
+
+
+# -- migrate -------------------------------------------------------------------------------------
+def _migrate(args: argparse.Namespace, out: TextIO) -> int:
+    """Create the store *args.store* names, or bring its schema to this version."""
+    opened = _open(args.store, create=True)
+    opened.close()
+    print(f"store {opened.store!r} is at the current schema", file=out)
+    return 0
 
 
 # -- worker --------------------------------------------------------------------------------------
@@ -1004,7 +1016,7 @@ def _parser() -> _Parser:
     )
     parser.add_argument("--version", action="version", version=f"timewheel {version()}")
     sub = parser.add_subparsers(
-        dest="command", metavar="{demo,worker,inspect}", parser_class=_Parser
+        dest="command", metavar="{demo,worker,inspect,migrate}", parser_class=_Parser
     )
 
     demo = sub.add_parser(
@@ -1120,6 +1132,21 @@ def _parser() -> _Parser:
         "that they resolve",
     )
     inspect.add_argument("--json", action="store_true", help="print one JSON document")
+
+    migrate = sub.add_parser(
+        "migrate",
+        help="create a store, or upgrade its schema to this version",
+        description="Create the store URL names, or migrate its schema to this timewheel's "
+        "version (a schema newer than this timewheel is refused and left untouched).",
+        formatter_class=_Formatter,
+    )
+    migrate_required = migrate.add_argument_group("required arguments")
+    migrate_required.add_argument(
+        "--store",
+        metavar="URL",
+        required=True,
+        help="store URL, e.g. postgresql://user@host/db?schema=app1",
+    )
     return parser
 
 
@@ -1137,6 +1164,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         "demo": _demo,
         "worker": _worker,
         "inspect": _inspect,
+        "migrate": _migrate,
     }
     if args.command is None:
         parser.print_help(out)

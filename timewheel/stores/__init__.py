@@ -2,6 +2,7 @@
 
 * :class:`MemoryStore` (default): in-process, any callable and arguments, gone with the process.
 * :class:`SQLiteStore`: durable, multi-process on one host, standard library only.
+* :class:`PostgresStore`: durable, processes on many hosts (the ``postgres`` extra).
 
 ``open_store(url)`` (:mod:`timewheel.stores.url`) builds one from ``memory://`` or
 ``sqlite:///path/to/file.db?durability=fast``. ``SQLiteStore`` is imported lazily, so memory-only
@@ -27,12 +28,14 @@ from timewheel.stores.memory import MemoryStore
 from timewheel.stores.url import open_store
 
 if TYPE_CHECKING:
+    from timewheel.stores.postgres import PostgresStore
     from timewheel.stores.sqlite import SQLiteStore
 
 __all__ = [
     "Changed",
     "MemoryStore",
     "OnConflict",
+    "PostgresStore",
     "SQLiteStore",
     "Store",
     "SupportsCompactInsert",
@@ -46,4 +49,8 @@ def __getattr__(name: str) -> Any:
         from timewheel.stores.sqlite import SQLiteStore
 
         return SQLiteStore
+    if name == "PostgresStore":
+        from timewheel.stores.postgres import PostgresStore
+
+        return PostgresStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,6 +3,8 @@
 * ``memory://`` -> :class:`~timewheel.stores.memory.MemoryStore`
 * ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (options as query parameters:
   ``?durability=fast&busy_timeout=10&verify=0``) -> :class:`~timewheel.stores.sqlite.SQLiteStore`
+* ``postgresql://user@host:5432/db?schema=app1`` (needs the ``postgres`` extra)
+  -> :class:`~timewheel.stores.postgres.PostgresStore`
 
 What the caller intends, rather than how the store is configured, is passed as keywords:
 ``create=False`` opens an existing store only, ``read_only=True`` opens it for reading
@@ -21,7 +23,8 @@ def open_store(url: str, *, create: bool = True, read_only: bool = False) -> Sto
     """Open the store *url* names.
 
     Args:
-        url: ``memory://`` or ``sqlite:///path/to/file.db?option=value``.
+        url: ``memory://``, ``sqlite:///path/to/file.db?option=value`` or
+            ``postgresql://user@host/db?schema=name``.
         create: create the store when it does not exist (``False``: a missing store raises
             :class:`~timewheel.errors.StoreError` naming it).
         read_only: open it for reading only; changes raise ``StoreError``.
@@ -52,6 +55,15 @@ def open_store(url: str, *, create: bool = True, read_only: bool = False) -> Sto
         from timewheel.stores.sqlite import SQLiteStore
 
         return SQLiteStore.from_url(url, create=create, read_only=read_only)
+    if scheme == "postgresql":
+        try:
+            from timewheel.stores.postgres import PostgresStore
+        except ImportError as e:
+            raise StoreConfigError(
+                f"{scheme}:// needs psycopg and psycopg-pool ({e}); install 'pytimewheel[postgres]'"
+            ) from None
+        return PostgresStore.from_url(url, create=create, read_only=read_only)
     raise StoreConfigError(
-        f"unknown store scheme {scheme!r} in {url!r}; known: memory://, sqlite:///path"
+        f"unknown store scheme {scheme!r} in {url!r}; known: memory://, sqlite:///path, "
+        "postgresql://host/db"
     )

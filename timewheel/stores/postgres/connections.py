@@ -1,0 +1,233 @@
+"""Connections to the server: a pool per process, transactions retried after lost connections.
+
+Every operation of the store is one function of a connection run in one transaction by
+:meth:`Connections.run`. When the connection breaks (the server restarted, the backend was
+terminated, the network dropped) or the transaction loses a race the database reports (a
+deadlock, a serialization failure, a unique key taken by a concurrent insert), the whole
+transaction is rolled back and run again on a fresh connection, with exponential backoff, up to
+``retries`` times; then a :class:`~timewheel.errors.StoreError` says what was being done.
+
+Credentials never leave this module: :func:`redact` is the only form of the connection string
+used in messages and ``repr``, and error texts are scrubbed of the password before they are
+quoted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pgerrors
+from psycopg import sql
+
+from timewheel.errors import StoreError
+
+__all__ = ["APPLICATION_NAME", "Connections", "password_of", "redact"]
+
+log = logging.getLogger("timewheel.stores.postgres")
+
+T = TypeVar("T")
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+# what a retry of the whole transaction can fix
+_TRANSIENT: tuple[type[Exception], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    pgerrors.SerializationFailure,
+    pgerrors.DeadlockDetected,
+    pgerrors.UniqueViolation,
+    psycopg_pool.PoolTimeout,
+)
+
+
+def redact(dsn: str) -> str:
+    """*dsn* with any password replaced by ``***`` (URL or ``key=value`` form)."""
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        if parts.password is not None:
+            user = parts.username or ""
+            host = parts.netloc.rpartition("@")[2]
+            parts = parts._replace(netloc=f"{user}:***@{host}")
+        query = "&".join(
+            "password=***" if q.lower().startswith("password=") else q
+            for q in parts.query.split("&")
+        )
+        return urlunsplit(parts._replace(query=query))
+    words = []
+    for word in dsn.split():
+        words.append("password=***" if word.lower().startswith("password=") else word)
+    return " ".join(words)
+
+
+APPLICATION_NAME = "timewheel"
+"""The ``application_name`` the store's connections show in ``pg_stat_activity`` (unless the
+connection string sets one)."""
+
+
+def _application_name(dsn: str) -> dict[str, Any]:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return {}
+    return {} if info.get("application_name") else {"application_name": APPLICATION_NAME}
+
+
+def password_of(dsn: str) -> str | None:
+    """The password in *dsn*, if it holds one (so messages can be scrubbed of it)."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return None
+    pw = info.get("password")
+    return None if pw in (None, "") else str(pw)
+
+
+class Connections:
+    """This process's pool of connections to one database, set to one schema.
+
+    Args:
+        dsn: the connection string (URL or ``key=value``).
+        schema: the PostgreSQL schema every statement's tables are found in.
+        read_only: connections refuse writes (``default_transaction_read_only``).
+        max_size: the pool's size.
+        retries: how many times a failed transaction is run again.
+        connect_timeout: seconds to wait for a connection.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str,
+        read_only: bool,
+        max_size: int,
+        retries: int,
+        connect_timeout: float,
+    ) -> None:
+        self.dsn = dsn
+        self.where = redact(dsn)
+        self.schema = schema
+        self.read_only = read_only
+        self.max_size = max_size
+        self.retries = retries
+        self.connect_timeout = connect_timeout
+        self._password = password_of(dsn)
+        self._kwargs = _application_name(dsn)
+        self._lock = threading.Lock()
+        self._pool: psycopg_pool.ConnectionPool[Conn] | None = None
+        self._pid = os.getpid()
+        self._closed = False
+
+    def scrub(self, text: str) -> str:
+        """*text* with the password removed."""
+        if self._password:
+            text = text.replace(self._password, "***")
+        return text
+
+    def connect(self) -> Conn:
+        """One connection outside the pool (for opening checks and migrations), autocommit off.
+
+        Raises:
+            StoreError: the server cannot be reached; the message holds no password.
+        """
+        try:
+            conn: Conn = psycopg.connect(
+                self.dsn, connect_timeout=max(1, round(self.connect_timeout)), **self._kwargs
+            )
+        except psycopg.Error as e:
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {self.where}: {self.scrub(str(e)).strip()}"
+            ) from None
+        return conn
+
+    def _configure(self, conn: Conn) -> None:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        if self.read_only:
+            conn.execute("SET default_transaction_read_only = on")
+        conn.commit()
+
+    def _get_pool(self) -> psycopg_pool.ConnectionPool[Conn]:
+        pool = self._pool
+        if pool is not None and self._pid == os.getpid():
+            return pool
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"timewheel store at {self.where} is closed; open a new store")
+            if self._pool is None or self._pid != os.getpid():
+                # after fork() the parent's pool (sockets, threads) is left alone, never used
+                self._pid = os.getpid()
+                self._pool = psycopg_pool.ConnectionPool(
+                    self.dsn,
+                    min_size=1,
+                    max_size=self.max_size,
+                    kwargs=dict(self._kwargs),
+                    configure=self._configure,
+                    timeout=self.connect_timeout,
+                    reconnect_timeout=max(self.connect_timeout, 5.0),
+                    name=f"timewheel-{self.schema}",
+                    open=True,
+                )
+            return self._pool
+
+    def run(self, doing: str, work: Callable[[Conn], T]) -> T:
+        """Run *work* in one transaction; retried on a lost connection or a lost race.
+
+        Raises:
+            StoreError: the retries are spent (the message names *doing*, never the password);
+                the exceptions *work* raises on purpose pass through.
+        """
+        delay = 0.05
+        attempt = 0
+        while True:
+            pool = self._get_pool()
+            try:
+                with pool.connection() as conn, conn.transaction():
+                    return work(conn)
+            except pgerrors.ReadOnlySqlTransaction:
+                raise StoreError(
+                    f"timewheel store at {self.where} (schema {self.schema!r}) was opened "
+                    f"read-only and refuses {doing}"
+                ) from None
+            except _TRANSIENT as e:
+                attempt += 1
+                if self._closed:
+                    raise StoreError(
+                        f"timewheel store at {self.where} is closed; open a new store"
+                    ) from None
+                if attempt > self.retries:
+                    raise StoreError(
+                        f"PostgreSQL at {self.where} failed while {doing}, {attempt} attempts: "
+                        f"{self.scrub(str(e)).strip()}"
+                    ) from None
+                if not isinstance(e, pgerrors.UniqueViolation):
+                    log.warning(
+                        "PostgreSQL at %s: %s while %s; retrying in %.2fs (attempt %d of %d)",
+                        self.where,
+                        type(e).__name__,
+                        doing,
+                        delay,
+                        attempt,
+                        self.retries,
+                    )
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 2.0)
+            except psycopg.Error as e:
+                raise StoreError(
+                    f"PostgreSQL at {self.where} failed while {doing}: {self.scrub(str(e)).strip()}"
+                ) from None
+
+    def close(self) -> None:
+        """Close this process's pool (idempotent)."""
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None and self._pid == os.getpid():
+            pool.close()

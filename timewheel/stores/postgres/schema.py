@@ -1,0 +1,154 @@
+"""The store's schema in a PostgreSQL database: its tables, its version, and its migrations.
+
+A store lives in one PostgreSQL *schema* (``timewheel`` unless configured), so several
+applications can share a database. The schema's ``meta`` table holds ``schema_version``;
+``MIGRATIONS[n]`` moves it from version ``n`` to ``n + 1``. :func:`migrate` applies the missing
+ones in one transaction under an advisory lock (two hosts starting at once migrate once), and a
+schema written by a newer timewheel raises :class:`~timewheel.errors.SchemaVersionError` and is
+left untouched. The schema name is always quoted with :class:`psycopg.sql.Identifier`, never
+pasted into SQL text.
+
+Columns and their encoding are the SQLite store's (:mod:`timewheel.stores.sqlite.codec`): instants
+are ``BIGINT`` UTC epoch microseconds, JSON values are ``TEXT``. Ids compare bytewise
+(``COLLATE "C"``), so ordering by id is the same as in the other stores.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+
+from timewheel.errors import SchemaVersionError, StoreError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]
+
+SCHEMA_VERSION = 1
+"""The schema version this code writes."""
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 0 -> 1: the initial schema
+    (
+        """CREATE TABLE tasks (
+            id            TEXT COLLATE "C" PRIMARY KEY,
+            func          TEXT NOT NULL,
+            args          TEXT NOT NULL,
+            kwargs        TEXT NOT NULL,
+            due           BIGINT NOT NULL,
+            state         TEXT NOT NULL,
+            version       BIGINT NOT NULL,
+            attempts      INTEGER NOT NULL,
+            retry         TEXT,
+            priority      INTEGER NOT NULL,
+            queue         TEXT NOT NULL,
+            timeout       DOUBLE PRECISION,
+            lease_owner   TEXT,
+            lease_expires BIGINT,
+            created       BIGINT NOT NULL,
+            updated       BIGINT NOT NULL,
+            result        TEXT,
+            result_repr   INTEGER NOT NULL DEFAULT 0,
+            error         TEXT,
+            schedule_id   TEXT COLLATE "C",
+            after         TEXT,
+            unmet         INTEGER NOT NULL DEFAULT 0,
+            when_         TEXT NOT NULL DEFAULT 'all_success',
+            extra         TEXT
+        )""",
+        "CREATE INDEX tasks_due ON tasks (due, id) WHERE state = 'pending' AND unmet = 0",
+        "CREATE INDEX tasks_ready ON tasks (priority DESC, due) WHERE state = 'ready'",
+        "CREATE INDEX tasks_lease ON tasks (lease_expires) WHERE state = 'running'",
+        "CREATE INDEX tasks_state ON tasks (state, updated)",
+        "CREATE INDEX tasks_schedule ON tasks (schedule_id) WHERE schedule_id IS NOT NULL",
+        """CREATE TABLE deps (
+            upstream   TEXT COLLATE "C" NOT NULL,
+            downstream TEXT COLLATE "C" NOT NULL,
+            PRIMARY KEY (upstream, downstream)
+        )""",
+        "CREATE INDEX deps_downstream ON deps (downstream)",
+        """CREATE TABLE schedules (
+            id       TEXT COLLATE "C" PRIMARY KEY,
+            func     TEXT NOT NULL,
+            args     TEXT NOT NULL,
+            kwargs   TEXT NOT NULL,
+            rule     TEXT NOT NULL,
+            options  TEXT NOT NULL,
+            paused   INTEGER NOT NULL,
+            version  BIGINT NOT NULL,
+            created  BIGINT NOT NULL,
+            updated  BIGINT NOT NULL
+        )""",
+    ),
+)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+def schema_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int | None:
+    """The version of the store in *schema*, or ``None`` when the schema holds no store."""
+    row = conn.execute(
+        "SELECT to_regclass(format('%%I.meta', %s::text)) IS NOT NULL", (schema,)
+    ).fetchone()
+    if row is None or not row[0]:
+        return None
+    got = conn.execute(
+        sql.SQL("SELECT value FROM {}.meta WHERE name = 'schema_version'").format(
+            sql.Identifier(schema)
+        )
+    ).fetchone()
+    return 0 if got is None else int(str(got[0]))
+
+
+def check_version(version: int, schema: str) -> None:
+    """Raise ``SchemaVersionError`` when *version* is newer than this code knows."""
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"timewheel schema {schema!r} is at version {version}, newer than this timewheel "
+            f"knows ({SCHEMA_VERSION}); upgrade timewheel on this host"
+        )
+
+
+def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int:
+    """Create or upgrade the store in *schema*, in one transaction; the version it had before.
+
+    Raises:
+        SchemaVersionError: the schema is newer than this code.
+    """
+    ident = sql.Identifier(schema)
+    with conn.transaction():
+        # one migrator per schema at a time, across hosts
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("timewheel:" + schema,))
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+        before = schema_version(conn, schema)
+        version = 0 if before is None else before
+        check_version(version, schema)
+        conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+        if before is None:
+            conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        for step in MIGRATIONS[version:]:
+            for statement in step:
+                conn.execute(statement.encode())
+        conn.execute(
+            "INSERT INTO meta (name, value) VALUES ('schema_version', %s) "
+            "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            (str(SCHEMA_VERSION),),
+        )
+    return version
+
+
+def require(conn: psycopg.Connection[tuple[object, ...]], schema: str, where: str) -> None:
+    """Check that *schema* holds a store this code can use (for ``create=False``).
+
+    Raises:
+        StoreError: no store there. SchemaVersionError: a newer one.
+    """
+    version = schema_version(conn, schema)
+    if version is None:
+        raise StoreError(
+            f"no timewheel store in schema {schema!r} of {where}; run `timewheel migrate "
+            "--store URL` or open it with create=True"
+        )
+    check_version(version, schema)
+    if version < SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"timewheel schema {schema!r} of {where} is at version {version}, older than this "
+            f"timewheel ({SCHEMA_VERSION}); run `timewheel migrate --store URL`"
+        )

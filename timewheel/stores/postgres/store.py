@@ -1,0 +1,871 @@
+"""``PostgresStore``: the store's operations, each one transaction on a pooled connection.
+
+Rows are encoded by the SQLite store's column tables (:mod:`timewheel.stores.sqlite.codec`);
+the schema is in :mod:`~timewheel.stores.postgres.schema`; the pool and the retries in
+:mod:`~timewheel.stores.postgres.connections`; what an id conflict does and how dependencies
+settle is the shared :mod:`~timewheel.stores.policy`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+
+from timewheel import refs, validate
+from timewheel.errors import (
+    InvalidScheduleError,
+    StoreConfigError,
+    StoreError,
+    VersionConflictError,
+)
+from timewheel.stores import policy
+from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.stores.postgres import schema
+from timewheel.stores.postgres.connections import Conn, Connections
+from timewheel.stores.sqlite.codec import SCHEDULES, TASKS, Row, from_us, to_us
+from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, check_transition
+
+__all__ = ["PostgresStore"]
+
+log = logging.getLogger("timewheel.stores.postgres")
+
+CLOCK_WARNING = 1.0
+"""Seconds of difference between this host's clock and the server's that are logged at open."""
+_PRUNE_BATCH = 500
+_STATES = {s.value: s for s in TaskState}
+_RUN = TaskState.RUNNING
+
+_ID = TASKS.position["id"]
+_STATE = TASKS.position["state"]
+_VERSION = TASKS.position["version"]
+_LEASE_OWNER = TASKS.position["lease_owner"]
+_UPDATED = TASKS.position["updated"]
+_ERROR = TASKS.position["error"]
+_UNMET = TASKS.position["unmet"]
+_FUNC = TASKS.position["func"]
+_SCHEDULE_VERSION = SCHEDULES.position["version"]
+
+_COLS = ", ".join(TASKS.names)
+_SEL = f"SELECT {_COLS} FROM tasks"
+_SEL_ID = _SEL + " WHERE id = %s"
+_INS = f"INSERT INTO tasks ({_COLS}) VALUES ({', '.join(['%s'] * len(TASKS.names))})"
+_INS_IGNORE = _INS + " ON CONFLICT (id) DO NOTHING"
+_SSEL = f"SELECT {', '.join(SCHEDULES.names)} FROM schedules"
+_SINS = (
+    f"INSERT INTO schedules ({', '.join(SCHEDULES.names)}) "
+    f"VALUES ({', '.join(['%s'] * len(SCHEDULES.names))})"
+)
+_RETURNING = " RETURNING " + ", ".join(f"t.{c}" for c in TASKS.names)
+# the batched claim: one statement picks the batch (rows other workers hold are skipped, not
+# waited for) and swaps each row on the version it read
+_CLAIM = (
+    "WITH batch AS (SELECT id, version FROM tasks WHERE state = 'ready'{where} "
+    "ORDER BY priority DESC, due LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "UPDATE tasks t SET state = 'running', version = t.version + 1, attempts = t.attempts + 1, "
+    "lease_owner = %s, lease_expires = %s, updated = %s FROM batch "
+    "WHERE t.id = batch.id AND t.version = batch.version" + _RETURNING
+)
+_OPTIONS = ("schema", "pool_size", "retries", "connect_timeout")
+
+
+class PostgresStore(Store):
+    """Tasks and schedules in a PostgreSQL schema, shared by processes on any number of hosts.
+
+    Every change is one transaction and a compare-and-swap on ``version``; ``claim_next`` takes
+    its batch in one ``UPDATE`` over ``SELECT ... FOR UPDATE SKIP LOCKED``, so workers on
+    several hosts never wait for each other's rows and never claim the same task.
+
+    Args:
+        dsn: a libpq connection string, ``postgresql://user@host:5432/db`` or ``key=value``.
+        schema: the PostgreSQL schema the store's tables live in (quoted, never pasted into
+            SQL, so any name is safe).
+        create: create or upgrade the schema at open (``False``: a missing store raises
+            :class:`~timewheel.errors.StoreError`; an older one asks for ``timewheel migrate``).
+        read_only: every change raises ``StoreError`` (for ``timewheel inspect``).
+        pool_size: the most connections this process holds.
+        retries: how many times an operation is run again after a lost connection or a lost
+            race the database reports, with exponential backoff, before ``StoreError``.
+        connect_timeout: seconds to wait for a connection.
+
+    Times are compared as the caller gives them (``now`` is an argument of every operation, as
+    for every store), so every host's clock must be right: at open the store measures this
+    host's offset from the server's clock (:attr:`clock_offset`) and logs a warning when it is
+    over :data:`CLOCK_WARNING` seconds. Implements
+    :class:`~timewheel.stores.base.SupportsInspection`.
+    """
+
+    durable = True
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "timewheel",
+        create: bool = True,
+        read_only: bool = False,
+        pool_size: int = 10,
+        retries: int = 5,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(schema, str) or not schema or len(schema.encode()) > 63:
+            raise StoreConfigError(
+                f"schema must be a non-empty name of at most 63 bytes (got {schema!r})"
+            )
+        for name, n, least in (("pool_size", pool_size, 1), ("retries", retries, 0)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < least:
+                raise StoreConfigError(f"{name} must be a whole number >= {least} (got {n!r})")
+        try:
+            timeout = validate.seconds(
+                connect_timeout, "connect_timeout", above=0, timedelta_ok=False
+            )
+        except InvalidScheduleError as e:
+            raise StoreConfigError(str(e)) from None
+        for name, flag in (("create", create), ("read_only", read_only)):
+            if not isinstance(flag, bool):
+                raise StoreConfigError(f"{name} must be True or False (got {flag!r})")
+        self.schema = schema
+        self.pool_size = pool_size
+        self.retries = retries
+        self.connect_timeout = timeout
+        self.read_only = read_only
+        self._connections = Connections(
+            dsn,
+            schema=schema,
+            read_only=read_only,
+            max_size=pool_size,
+            retries=retries,
+            connect_timeout=timeout,
+        )
+        self.where = self._connections.where
+        self._resolvable: dict[str, bool] = {}
+        self._resolvable_gen = refs.generation()
+        self._warned: set[str] = set()
+        self._refs_lock = threading.Lock()
+        conn = self._connections.connect()
+        try:
+            if create and not read_only:
+                _migrate(conn, self.schema)
+            else:
+                _require(conn, self.schema, self.where)
+            self.clock_offset = _clock_offset(conn)
+        except psycopg.Error as e:
+            raise StoreError(
+                f"PostgreSQL at {self.where} failed while opening the store: "
+                f"{self._connections.scrub(str(e)).strip()}"
+            ) from None
+        finally:
+            conn.close()
+        if abs(self.clock_offset) > CLOCK_WARNING:
+            log.warning(
+                "this host's clock is %.3fs %s the PostgreSQL server's at %s; due times and "
+                "leases are compared on the hosts' clocks, so keep them synchronised (NTP)",
+                abs(self.clock_offset),
+                "ahead of" if self.clock_offset > 0 else "behind",
+                self.where,
+            )
+        self._run = self._connections.run
+
+    # -- internals --------------------------------------------------------------------------------
+    def _write(self, doing: str, work: Callable[[Conn], Any]) -> Any:
+        if self.read_only:
+            raise StoreError(
+                f"timewheel store at {self.where} (schema {self.schema!r}) was opened read-only "
+                f"and refuses {doing}; open it without read_only=True to change it"
+            )
+        return self._run(doing, work)
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        def work(conn: Conn) -> list[Row]:
+            return conn.execute(sql.encode(), params).fetchall()
+
+        rows: list[Row] = self._run("reading", work)
+        return rows
+
+    def _cas(self, conn: Conn, task_id: str, version: int, sets: str, vals: Sequence[Any]) -> None:
+        cur = conn.execute(
+            f"UPDATE tasks SET {sets} WHERE id = %s AND version = %s".encode(),
+            (*vals, task_id, version),
+        )
+        if cur.rowcount != 1:  # the row is locked FOR UPDATE: kept as a guard
+            raise VersionConflictError(
+                f"task {task_id!r} changed under a transaction (expected version {version})"
+            )
+
+    def _settle(self, conn: Conn, up_id: str, up_state: TaskState, now_us: int) -> tuple[Task, ...]:
+        def take_dependents(upstream_id: str) -> list[Task]:
+            downs = [
+                r[0]
+                for r in conn.execute(
+                    "DELETE FROM deps WHERE upstream = %s RETURNING downstream", (upstream_id,)
+                )
+            ]
+            if not downs:
+                return []
+            rows = conn.execute(
+                (_SEL + " WHERE id = ANY(%s) ORDER BY id FOR UPDATE").encode(), (downs,)
+            ).fetchall()
+            return [TASKS.decode(r) for r in rows]
+
+        def save(old: Task, new: Task) -> None:
+            self._cas(
+                conn,
+                old.id,
+                old.version,
+                "state = %s, unmet = %s, error = %s, version = version + 1, updated = %s",
+                (new.state.value, new.unmet, new.error, now_us),
+            )
+
+        return policy.settle(
+            up_id, up_state, from_us(now_us), take_dependents=take_dependents, save=save
+        )
+
+    def _bad_refs(self) -> list[str]:
+        with self._refs_lock:
+            gen = refs.generation()
+            if gen != self._resolvable_gen:
+                self._resolvable = {k: v for k, v in self._resolvable.items() if v}
+                self._resolvable_gen = gen
+            return [r for r, ok in self._resolvable.items() if not ok]
+
+    def _resolves(self, ref: str) -> bool:
+        ok = self._resolvable.get(ref)
+        if ok is None:
+            try:
+                refs.resolve_ref(ref)
+                ok = True
+            except refs.ReferenceNotAllowedError:
+                ok = True  # claimed, never imported: the worker's allowlist ends it FAILED
+            except refs.UnresolvableRefError as e:
+                ok = False
+                if ref not in self._warned:
+                    self._warned.add(ref)
+                    log.warning(
+                        "not claiming READY tasks of %s in process %d: %s; they stay READY for "
+                        "a worker that can import it (see PostgresStore.unresolvable())",
+                        ref,
+                        os.getpid(),
+                        e,
+                    )
+            with self._refs_lock:
+                self._resolvable[ref] = ok
+        return ok
+
+    # -- tasks ------------------------------------------------------------------------------------
+    def insert(self, task: Task, *, on_conflict: OnConflict = "error") -> Changed:
+        policy.check_on_conflict(on_conflict)
+        policy.check_task(task)
+        base = TASKS.encode(policy.as_inserted(task))
+
+        def work(conn: Conn) -> Changed:
+            row = list(base)
+            old = conn.execute((_SEL_ID + " FOR UPDATE").encode(), (task.id,)).fetchone()
+            if old is not None and policy.keep_existing(task.id, _STATES[old[_STATE]], on_conflict):
+                return Changed(TASKS.decode(old))
+
+            def state_of(up_id: str) -> TaskState | None:
+                # FOR SHARE: an upstream cannot end between this count and the edge's commit
+                r = conn.execute(
+                    "SELECT state FROM tasks WHERE id = %s FOR SHARE", (up_id,)
+                ).fetchone()
+                return None if r is None else _STATES[r[0]]
+
+            count = policy.count_dependencies(task, state_of)
+            row[_STATE] = count.state.value
+            row[_UNMET] = count.unmet
+            row[_ERROR] = count.error
+            if old is not None:
+                row[_VERSION] = old[_VERSION] + 1
+                conn.execute("DELETE FROM deps WHERE downstream = %s", (task.id,))
+                conn.execute("DELETE FROM tasks WHERE id = %s", (task.id,))
+            conn.execute(_INS.encode(), row)
+            if count.waits_on:
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO deps (upstream, downstream) VALUES (%s, %s) "
+                        "ON CONFLICT DO NOTHING",
+                        [(u, task.id) for u in count.waits_on],
+                    )
+            deps = (
+                self._settle(conn, task.id, count.state, row[_UPDATED])
+                if count.state in TERMINAL_STATES
+                else ()
+            )
+            return Changed(TASKS.decode(tuple(row)), deps)
+
+        result: Changed = self._write("inserting a task", work)
+        return result
+
+    def insert_many(self, tasks: Sequence[Task]) -> None:
+        seen: set[str] = set()
+        rows: list[list[Any]] = []
+        for t in tasks:
+            if t.id in seen:
+                raise policy.duplicate_in_batch(t.id)
+            if t.after:
+                raise policy.dependencies_in_batch(t.id)
+            policy.check_task(t)
+            seen.add(t.id)
+            rows.append(TASKS.encode(policy.as_inserted(t)))
+        if not rows:
+            return
+
+        def work(conn: Conn) -> None:
+            found = conn.execute(
+                "SELECT id FROM tasks WHERE id = ANY(%s) LIMIT 1", (list(seen),)
+            ).fetchone()
+            if found is not None:
+                raise policy.existing_in_batch(found[0], len(rows))
+            with conn.cursor() as cur:
+                cur.executemany(_INS.encode(), rows)
+
+        self._write("inserting tasks", work)
+
+    def get(self, task_id: str) -> Task:
+        t = self.find(task_id)
+        if t is None:
+            raise policy.task_not_found(task_id, self.where)
+        return t
+
+    def find(self, task_id: str) -> Task | None:
+        rows = self._read(_SEL_ID, (task_id,))
+        return TASKS.decode(rows[0]) if rows else None
+
+    def transition(
+        self, task_id: str, *, expected_version: int, state: TaskState, now: float, **changes: Any
+    ) -> Changed:
+        state = TaskState(state)
+        cols, vals, stored = TASKS.encode_changes(changes)
+        now_us = to_us(now)
+
+        def work(conn: Conn) -> Changed:
+            row = conn.execute((_SEL_ID + " FOR UPDATE").encode(), (task_id,)).fetchone()
+            if row is None:
+                raise policy.task_not_found(task_id, self.where)
+            if row[_VERSION] != expected_version:
+                raise policy.version_conflict(
+                    task_id, row[_VERSION], _STATES[row[_STATE]], expected_version
+                )
+            check_transition(task_id, _STATES[row[_STATE]], state)
+            sets = "state = %s, version = version + 1, updated = %s"
+            sets += "".join(f", {c} = %s" for c in cols)
+            self._cas(conn, task_id, expected_version, sets, (state.value, now_us, *vals))
+            deps = self._settle(conn, task_id, state, now_us) if state in TERMINAL_STATES else ()
+            new = dict(stored, state=state, version=expected_version + 1, updated=from_us(now_us))
+            return Changed(TASKS.decode(row, new), deps)
+
+        result: Changed = self._write("changing a task's state", work)
+        return result
+
+    def promote(
+        self, task_ids: Sequence[str], now: float, *, successors: Sequence[Task] = ()
+    ) -> list[Task]:
+        now_us = to_us(now)
+        succ_rows = []
+        for s in successors:
+            policy.check_task(s)
+            succ_rows.append(TASKS.encode(policy.as_inserted(s)))
+        ids = list(dict.fromkeys(task_ids))
+        if not ids and not succ_rows:
+            return []
+
+        def work(conn: Conn) -> list[Row]:
+            rows: list[Row] = []
+            if ids:
+                rows = conn.execute(
+                    (
+                        "UPDATE tasks t SET state = 'ready', version = t.version + 1, "
+                        "updated = %s WHERE id = ANY(%s) AND state = 'pending' AND unmet = 0 "
+                        "AND due <= %s" + _RETURNING
+                    ).encode(),
+                    (now_us, ids, now_us),
+                ).fetchall()
+            if succ_rows:
+                # deterministic instance ids: a slot another host materialised is kept
+                with conn.cursor() as cur:
+                    cur.executemany(_INS_IGNORE.encode(), succ_rows)
+            return rows
+
+        moved: list[Row] = self._write("promoting tasks", work)
+        order = {tid: i for i, tid in enumerate(ids)}
+        moved.sort(key=lambda r: order[r[_ID]])
+        return [TASKS.decode(r) for r in moved]
+
+    def claim(
+        self, task_id: str, *, expected_version: int, owner: str, lease_expires: float, now: float
+    ) -> Task | None:
+        lease_us, now_us = to_us(lease_expires), to_us(now)
+
+        def work(conn: Conn) -> Row | None:
+            return conn.execute(
+                (
+                    "UPDATE tasks t SET state = 'running', version = t.version + 1, "
+                    "attempts = t.attempts + 1, lease_owner = %s, lease_expires = %s, "
+                    "updated = %s WHERE id = %s AND version = %s AND state = 'ready'" + _RETURNING
+                ).encode(),
+                (owner, lease_us, now_us, task_id, expected_version),
+            ).fetchone()
+
+        row: Row | None = self._write("claiming a task", work)
+        return None if row is None else TASKS.decode(row)
+
+    def claim_next(
+        self,
+        *,
+        owner: str,
+        lease_expires: float,
+        now: float,
+        limit: int,
+        queues: Sequence[str] | None = None,
+    ) -> list[Task]:
+        """Claim up to *limit* READY tasks (highest priority, then earliest due) in *queues*.
+
+        One statement: ``UPDATE ... FROM (SELECT ... ORDER BY priority DESC, due LIMIT n FOR
+        UPDATE SKIP LOCKED)``, each row swapped on the version read. Tasks whose function
+        reference does not resolve in this process are not claimed (see :meth:`unresolvable`):
+        a batch that holds one is rolled back and taken again without it.
+        """
+        if limit <= 0 or (queues is not None and len(queues) == 0):
+            return []
+        lease_us, now_us = to_us(lease_expires), to_us(now)
+
+        def work(conn: Conn) -> list[Row]:
+            while True:
+                bad = self._bad_refs()
+                where, params = "", []
+                if queues is not None:
+                    where += " AND queue = ANY(%s)"
+                    params.append(list(dict.fromkeys(queues)))
+                if bad:
+                    where += " AND func <> ALL(%s)"
+                    params.append(bad)
+                rows: list[Row] = []
+                with conn.transaction() as savepoint:
+                    rows = conn.execute(
+                        _CLAIM.format(where=where).encode(),
+                        (*params, limit, owner, lease_us, now_us),
+                    ).fetchall()
+                    funcs = {r[_FUNC] for r in rows}
+                    if sum(not self._resolves(f) for f in funcs) == 0:
+                        return rows
+                    raise psycopg.Rollback(savepoint)
+
+        rows: list[Row] = self._write("claiming tasks", work)
+        rows.sort(key=lambda r: (-r[TASKS.position["priority"]], r[TASKS.position["due"]]))
+        return [TASKS.decode(r) for r in rows]
+
+    def heartbeat(self, task_id: str, *, owner: str, lease_expires: float, now: float) -> bool:
+        lease_us, now_us = to_us(lease_expires), to_us(now)
+
+        def work(conn: Conn) -> bool:
+            cur = conn.execute(
+                "UPDATE tasks SET lease_expires = %s, version = version + 1, updated = %s "
+                "WHERE id = %s AND state = 'running' AND lease_owner = %s",
+                (lease_us, now_us, task_id, owner),
+            )
+            return cur.rowcount == 1
+
+        ok: bool = self._write("extending a lease", work)
+        return ok
+
+    def finish(
+        self, task_id: str, *, owner: str, state: TaskState, now: float, **changes: Any
+    ) -> Changed | None:
+        state = TaskState(state)
+        if "lease_owner" in changes or "lease_expires" in changes:
+            raise TypeError("finish clears the lease itself: do not pass lease_owner/lease_expires")
+        cols, vals, stored = TASKS.encode_changes(changes)
+        now_us = to_us(now)
+
+        def work(conn: Conn) -> Changed | None:
+            row = conn.execute((_SEL_ID + " FOR UPDATE").encode(), (task_id,)).fetchone()
+            if row is None or row[_STATE] != _RUN.value or row[_LEASE_OWNER] != owner:
+                return None
+            check_transition(task_id, _RUN, state)
+            sets = "state = %s, version = version + 1, updated = %s, lease_owner = NULL, "
+            sets += "lease_expires = NULL" + "".join(f", {c} = %s" for c in cols)
+            self._cas(conn, task_id, row[_VERSION], sets, (state.value, now_us, *vals))
+            deps = self._settle(conn, task_id, state, now_us) if state in TERMINAL_STATES else ()
+            new = dict(stored, state=state, version=row[_VERSION] + 1, updated=from_us(now_us))
+            new.update(lease_owner=None, lease_expires=None)
+            return Changed(TASKS.decode(row, new), deps)
+
+        result: Changed | None = self._write("finishing a task", work)
+        return result
+
+    def due_before(self, until: float, *, limit: int) -> list[tuple[str, float, str | None]]:
+        rows = self._read(
+            "SELECT id, due, schedule_id FROM tasks WHERE state = 'pending' AND unmet = 0 "
+            "AND due < %s ORDER BY due, id LIMIT %s",
+            (to_us(until), max(limit, 0)),
+        )
+        return [(task_id, from_us(due), schedule_id) for task_id, due, schedule_id in rows]
+
+    def ready(self, *, limit: int, queues: Sequence[str] | None = None) -> list[Task]:
+        if queues is not None and not queues:
+            return []
+        sql, params = _SEL + " WHERE state = 'ready'", []
+        if queues is not None:
+            sql += " AND queue = ANY(%s)"
+            params.append(list(dict.fromkeys(queues)))
+        rows = self._read(sql + " ORDER BY priority DESC, due LIMIT %s", (*params, max(limit, 0)))
+        return [TASKS.decode(r) for r in rows]
+
+    def expired_leases(self, now: float, *, limit: int) -> list[Task]:
+        rows = self._read(
+            _SEL + " WHERE state = 'running' AND lease_expires < %s ORDER BY lease_expires "
+            "LIMIT %s",
+            (to_us(now), max(limit, 0)),
+        )
+        return [TASKS.decode(r) for r in rows]
+
+    def count_by_state(self) -> dict[TaskState, int]:
+        rows = self._read("SELECT state, count(*) FROM tasks GROUP BY state")
+        return {_STATES[s]: n for s, n in rows if n}
+
+    def tasks(
+        self,
+        *,
+        state: TaskState | Iterable[TaskState] | None = None,
+        schedule_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Task]:
+        where: list[str] = []
+        params: list[Any] = []
+        if state is not None:
+            states = (
+                [TaskState(state).value]
+                if isinstance(state, (TaskState, str))
+                else [TaskState(s).value for s in state]
+            )
+            if not states:
+                return []
+            where.append("state = ANY(%s)")
+            params.append(states)
+        if schedule_id is not None:
+            where.append("schedule_id = %s")
+            params.append(schedule_id)
+        sql = _SEL + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY due, created, id"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(max(limit, 0))
+        return [TASKS.decode(r) for r in self._read(sql, params)]
+
+    def delete(self, task_id: str) -> bool:
+        def work(conn: Conn) -> bool:
+            cur = conn.execute("DELETE FROM tasks WHERE id = %s", (task_id,))
+            if cur.rowcount == 0:
+                return False
+            conn.execute(
+                "DELETE FROM deps WHERE upstream = %s OR downstream = %s", (task_id, task_id)
+            )
+            return True
+
+        ok: bool = self._write("deleting a task", work)
+        return ok
+
+    def prune(
+        self,
+        *,
+        before: float,
+        states: Iterable[TaskState] | None = None,
+        limit: int | None = None,
+        keep: Collection[str] = (),
+    ) -> int:
+        """Delete terminal tasks (or those in *states*) last updated before *before*; the count.
+
+        Without *limit*, deletes in transactions of at most a few hundred tasks, so other writers
+        keep going. With *limit*, one transaction deletes at most *limit* tasks. Tasks whose id is
+        in *keep* stay.
+        """
+        sts = sorted({TaskState(s).value for s in (TERMINAL_STATES if states is None else states)})
+        if not sts or (limit is not None and limit <= 0):
+            return 0
+        before_us = to_us(before)
+        kept = list(keep)
+        batch = _PRUNE_BATCH if limit is None else min(limit, _PRUNE_BATCH)
+
+        def work(conn: Conn) -> int:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE state = ANY(%s) "
+                    "AND updated < %s AND NOT (id = ANY(%s)) "
+                    "LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id",
+                    (sts, before_us, kept, batch),
+                )
+            ]
+            if ids:
+                conn.execute(
+                    "DELETE FROM deps WHERE upstream = ANY(%s) OR downstream = ANY(%s)", (ids, ids)
+                )
+            return len(ids)
+
+        total = 0
+        while True:
+            n: int = self._write("pruning tasks", work)
+            total += n
+            if n < batch or (limit is not None and total >= limit):
+                return total
+
+    # -- schedules --------------------------------------------------------------------------------
+    def put_schedule(
+        self, record: ScheduleRecord, *, first: Task | None, on_conflict: OnConflict = "replace"
+    ) -> ScheduleRecord:
+        policy.check_on_conflict(on_conflict)
+        policy.check_schedule(record)
+        base = SCHEDULES.encode(record)
+        first_base = None
+        if first is not None:
+            policy.check_task(first)
+            first_base = TASKS.encode(policy.as_inserted(first))
+
+        def work(conn: Conn) -> ScheduleRecord:
+            srow = list(base)
+            old = conn.execute(
+                (_SSEL + " WHERE id = %s FOR UPDATE").encode(), (record.id,)
+            ).fetchone()
+            if old is not None:
+                if policy.keep_existing_schedule(record.id, on_conflict):
+                    return SCHEDULES.decode(old)
+                self._cancel_instances(conn, record.id, to_us(record.updated))
+                srow[_SCHEDULE_VERSION] = old[_SCHEDULE_VERSION] + 1
+                conn.execute("DELETE FROM schedules WHERE id = %s", (record.id,))
+            conn.execute(_SINS.encode(), srow)
+            if first_base is not None:
+                first_row = list(first_base)
+                ex = conn.execute(
+                    "SELECT state, version FROM tasks WHERE id = %s FOR UPDATE",
+                    (first_row[_ID],),
+                ).fetchone()
+                if ex is None or _STATES[ex[0]] in TERMINAL_STATES:
+                    if ex is not None:
+                        # a reused id moves past the old version: a stale CAS cannot hit it
+                        first_row[_VERSION] = ex[1] + 1
+                        conn.execute("DELETE FROM deps WHERE downstream = %s", (first_row[_ID],))
+                        conn.execute("DELETE FROM tasks WHERE id = %s", (first_row[_ID],))
+                    conn.execute(_INS.encode(), first_row)
+            return SCHEDULES.decode(tuple(srow))
+
+        result: ScheduleRecord = self._write("storing a schedule", work)
+        return result
+
+    def _cancel_instances(self, conn: Conn, schedule_id: str, now_us: int) -> None:
+        states = sorted(s.value for s in policy.CANCELLABLE_STATES)
+        rows = conn.execute(
+            "SELECT id, version FROM tasks WHERE schedule_id = %s AND state = ANY(%s) "
+            "ORDER BY id FOR UPDATE",
+            (schedule_id, states),
+        ).fetchall()
+        for task_id, version in rows:
+            self._cas(
+                conn,
+                task_id,
+                version,
+                "state = 'cancelled', version = version + 1, updated = %s, error = %s",
+                (now_us, policy.SCHEDULE_GONE),
+            )
+            self._settle(conn, task_id, TaskState.CANCELLED, now_us)
+
+    def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        rows = self._read(_SSEL + " WHERE id = %s", (schedule_id,))
+        return SCHEDULES.decode(rows[0]) if rows else None
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        return [SCHEDULES.decode(r) for r in self._read(_SSEL + " ORDER BY id")]
+
+    def update_schedule(
+        self, schedule_id: str, *, expected_version: int, **changes: Any
+    ) -> ScheduleRecord:
+        policy.check_schedule_changes(changes)
+
+        def work(conn: Conn) -> ScheduleRecord:
+            old = conn.execute(
+                (_SSEL + " WHERE id = %s FOR UPDATE").encode(), (schedule_id,)
+            ).fetchone()
+            if old is None:
+                raise policy.schedule_not_found(schedule_id, self.where)
+            rec = SCHEDULES.decode(old)
+            if rec.version != expected_version:
+                raise policy.schedule_version_conflict(schedule_id, rec.version, expected_version)
+            new = rec.evolve(version=rec.version + 1, **changes)
+            row = SCHEDULES.encode(new)
+            sets = ", ".join(f"{c} = %s" for c in SCHEDULES.names[1:])
+            cur = conn.execute(
+                f"UPDATE schedules SET {sets} WHERE id = %s AND version = %s".encode(),
+                (*row[1:], schedule_id, expected_version),
+            )
+            if cur.rowcount != 1:
+                raise VersionConflictError(f"schedule {schedule_id!r} changed under a transaction")
+            return SCHEDULES.decode(tuple(row))
+
+        result: ScheduleRecord = self._write("updating a schedule", work)
+        return result
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        def work(conn: Conn) -> bool:
+            old = conn.execute(
+                "DELETE FROM schedules WHERE id = %s RETURNING updated", (schedule_id,)
+            ).fetchone()
+            if old is None:
+                return False
+            self._cancel_instances(conn, schedule_id, old[0])
+            return True
+
+        ok: bool = self._write("deleting a schedule", work)
+        return ok
+
+    # -- inspection ---------------------------------------------------------------------------------
+    def unresolvable(self) -> dict[str, int]:
+        """Function references this process could not resolve -> READY tasks waiting on each."""
+        bad = self._bad_refs()
+        if not bad:
+            return {}
+        rows = self._read(
+            "SELECT func, count(*) FROM tasks WHERE state = 'ready' AND func = ANY(%s) "
+            "GROUP BY func",
+            (bad,),
+        )
+        out: dict[str, int] = dict(rows)
+        return {r: out.get(r, 0) for r in bad}
+
+    def oldest_ready_age(self, now: float) -> float | None:
+        """Seconds since the earliest due time among READY tasks (how far workers lag), or None."""
+        (m,) = self._read("SELECT min(due) FROM tasks WHERE state = 'ready'")[0]
+        return None if m is None else max(0.0, now - from_us(m))
+
+    def due_histogram(
+        self, now: float, *, horizon: float = 3600.0, bucket: float = 60.0
+    ) -> list[tuple[float, int]]:
+        """Expected load: ``(bucket_start, n)`` for PENDING tasks due in ``[now, now + horizon)``."""
+        n_buckets = policy.histogram_buckets(horizon, bucket)
+        start, width = to_us(now), to_us(bucket)
+        rows = self._read(
+            "SELECT (due - %s) / %s, count(*) FROM tasks WHERE state = 'pending' AND due >= %s "
+            "AND due < %s GROUP BY 1",
+            (start, width, start, start + to_us(horizon)),
+        )
+        counts = [0] * n_buckets
+        for b, n in rows:
+            if 0 <= b < n_buckets:
+                counts[b] += n
+        return policy.histogram(now, bucket, counts)
+
+    def recent_failures(self, limit: int = 10) -> list[Task]:
+        """The last *limit* tasks that ended FAILED, TIMED_OUT or UPSTREAM_FAILED, newest first."""
+        sts = [s.value for s in policy.REPORTED_FAILURES]
+        rows = self._read(
+            _SEL + " WHERE state = ANY(%s) ORDER BY updated DESC, id LIMIT %s",
+            (sts, max(limit, 0)),
+        )
+        return [TASKS.decode(r) for r in rows]
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    @classmethod
+    def from_url(cls, url: str, *, create: bool = True, read_only: bool = False) -> PostgresStore:
+        """Open ``postgresql://user@host:5432/db?schema=app1``.
+
+        The store's own options (``schema``, ``pool_size``, ``retries``, ``connect_timeout``)
+        are taken from the query; every other query parameter goes to libpq.
+
+        Raises:
+            StoreConfigError: an option is malformed.
+        """
+        dsn, options = parse_url(url)
+        return cls(dsn, create=create, read_only=read_only, **options)
+
+    def close(self) -> None:
+        """Close this process's connections (idempotent); later use raises ``StoreError``."""
+        self._connections.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple[Callable[..., PostgresStore], tuple[Any, ...]]:
+        # a spawned process opens its own pool on the same schema (connections are never pickled)
+        return (
+            _reopen,
+            (
+                self._connections.dsn,
+                self.schema,
+                self.read_only,
+                self.pool_size,
+                self.retries,
+                self.connect_timeout,
+            ),
+        )
+
+    def __repr__(self) -> str:
+        ro = ", read_only=True" if self.read_only else ""
+        return f"PostgresStore({self.where!r}, schema={self.schema!r}{ro})"
+
+
+def parse_url(url: str) -> tuple[str, dict[str, Any]]:
+    """The libpq connection string and the store's options of a ``postgresql://`` URL.
+
+    Raises:
+        StoreConfigError: an option is malformed.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "postgresql":
+        raise StoreConfigError("not a postgresql:// URL")
+    options: dict[str, Any] = {}
+    rest: list[tuple[str, str]] = []
+    for k, v in parse_qsl(parts.query, keep_blank_values=True):
+        if k not in _OPTIONS:
+            rest.append((k, v))
+        elif k == "schema":
+            options[k] = v
+        else:
+            try:
+                options[k] = float(v) if k == "connect_timeout" else int(v)
+            except ValueError:
+                raise StoreConfigError(
+                    f"{k} in the store URL is not a number (got {v!r})"
+                ) from None
+    return urlunsplit(parts._replace(query=urlencode(rest))), options
+
+
+def _reopen(
+    dsn: str, schema_name: str, read_only: bool, pool_size: int, retries: int, timeout: float
+) -> PostgresStore:
+    return PostgresStore(
+        dsn,
+        schema=schema_name,
+        create=False,
+        read_only=read_only,
+        pool_size=pool_size,
+        retries=retries,
+        connect_timeout=timeout,
+    )
+
+
+def _migrate(conn: Conn, name: str) -> None:
+    conn.autocommit = False
+    schema.migrate(conn, name)
+
+
+def _require(conn: Conn, name: str, where: str) -> None:
+    """Refuse a schema that holds no store, an older or a newer one."""
+    schema.require(conn, name, where)
+    conn.rollback()
+
+
+def _clock_offset(conn: Conn) -> float:
+    """This host's clock minus the server's, in seconds (half a round trip of error at most)."""
+    t0 = time.time()
+    row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+    t1 = time.time()
+    conn.rollback()
+    server = float(row[0]) if row is not None else (t0 + t1) / 2
+    return (t0 + t1) / 2 - server
