@@ -286,3 +286,12 @@ def test_cli_dashboard_refuses_a_missing_store(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as e:
         main(["dashboard", "--store", f"sqlite:///{tmp_path / 'missing.db'}"])
     assert e.value.code != 0
+
+
+def test_metrics_route_serves_the_store_gauges(client: TestClient) -> None:
+    pytest.importorskip("prometheus_client")
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    assert "timewheel_ready 1.0" in r.text
+    assert 'timewheel_pending_due{within="minute"} 1.0' in r.text

@@ -34,7 +34,9 @@ def create_app(
         read_only: refuse every write and offer no action buttons.
         show_arguments: show task arguments and results (hidden by default: they may hold
             personal data or secrets).
-        options: passed on to the application (``clock``: a ``Clock`` to read the time from).
+        options: ``clock``: a ``Clock`` to read the time from; ``registry``: the
+            ``prometheus_client`` registry ``/metrics`` serves (default: one holding the store's
+            gauges, see :mod:`timewheel.metrics`).
     """
     from timewheel.dashboard.app import build
 

@@ -61,9 +61,17 @@ def _iso(t: float | None, zone: ZoneInfo | None = None) -> str:
 
 class _Dashboard:
     def __init__(
-        self, store: Store, *, token: str, read_only: bool, show_arguments: bool, clock: Clock
+        self,
+        store: Store,
+        *,
+        token: str,
+        read_only: bool,
+        show_arguments: bool,
+        clock: Clock,
+        registry: Any,
     ) -> None:
         self.store = store
+        self.registry = registry
         self.token = token
         self.read_only = read_only
         self.show_arguments = show_arguments
@@ -248,6 +256,26 @@ class _Dashboard:
             ][:100]
         return self.render(request, "search.html", query=query, tasks=found, scanned=_SEARCH_SCAN)
 
+    async def metrics(self, request: Request) -> Response:
+        try:
+            from prometheus_client import CollectorRegistry, exposition
+        except ImportError:
+            return self.render(
+                request,
+                "error.html",
+                404,
+                title="Not found",
+                message="Metrics need the metrics extra: pip install 'pytimewheel[metrics]'.",
+            )
+        if self.registry is None:
+            from timewheel.metrics import Metrics
+
+            self.registry = CollectorRegistry()
+            Metrics(self.store, self.registry, clock=self.clock)
+        return Response(
+            exposition.generate_latest(self.registry), media_type=exposition.CONTENT_TYPE_LATEST
+        )
+
     # -- writes --------------------------------------------------------------------------------
     async def cancel(self, request: Request) -> Response:
         await self.checked_form(request)
@@ -278,6 +306,7 @@ def build(
     read_only: bool,
     show_arguments: bool,
     clock: Clock | None = None,
+    registry: Any = None,
 ) -> Starlette:
     """The application; see :func:`timewheel.dashboard.create_app`."""
     dash = _Dashboard(
@@ -286,6 +315,7 @@ def build(
         read_only=read_only,
         show_arguments=show_arguments,
         clock=clock or SystemClock(),
+        registry=registry,
     )
     g = dash.guarded
     routes = [
@@ -299,6 +329,7 @@ def build(
         Route("/task/{task_id:path}", g(dash.task)),
         Route("/schedule/{schedule_id:path}/pause", g(dash.pause), methods=["POST"]),
         Route("/schedule/{schedule_id:path}/resume", g(dash.resume), methods=["POST"]),
+        Route("/metrics", g(dash.metrics)),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
 
