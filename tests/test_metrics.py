@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 pytest.importorskip("prometheus_client")
@@ -67,3 +69,56 @@ def test_counters_histograms_and_gauges_after_a_known_sequence() -> None:
     assert got[("timewheel_pending_due", (("within", "minute"),))] == 1
     assert got[("timewheel_pending_due", (("within", "hour"),))] == 2
     assert got[("timewheel_expired_leases", ())] == 0
+
+
+class _Recorder:
+    """Records what instruments receive, standing in for an SDK's meter."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[tuple[float, dict[str, str]]]] = {}
+
+    def instrument(self, name: str, **_: object) -> Any:
+        values = self.values.setdefault(name, [])
+
+        class Instrument:
+            def add(self, amount: float, attributes: dict[str, str]) -> None:
+                values.append((amount, dict(attributes)))
+
+            record = add
+
+        return Instrument()
+
+    create_counter = create_histogram = instrument
+
+
+def test_opentelemetry_listener_after_a_known_sequence() -> None:
+    pytest.importorskip("opentelemetry")
+    from timewheel.otel import OtelListener
+
+    clock = FakeClock(START)
+    meter = _Recorder()
+    listener = OtelListener(meter, clock=clock)  # type: ignore[arg-type]
+    with tw.Scheduler(clock=clock, dispatcher=tw.InlineDispatcher()) as sched:
+        sched.add_listener(listener)
+        sched.schedule(ok, delay=1.0, id="a")
+        sched.schedule(boom, delay=2.0, id="c")
+        clock.advance(5.0)
+    names = [
+        (a["event"], a["function"].rsplit(":", 1)[1]) for _, a in meter.values["timewheel.events"]
+    ]
+    assert names.count(("submitted", "ok")) == 1
+    assert ("succeeded", "ok") in names
+    assert ("failed", "boom") in names
+    assert len(meter.values["timewheel.lateness"]) == 2
+    assert len(meter.values["timewheel.run_time"]) == 2
+
+
+def test_opentelemetry_listener_with_the_api_alone() -> None:
+    pytest.importorskip("opentelemetry")
+    from timewheel.otel import OtelListener
+
+    with tw.Scheduler(clock=FakeClock(START), dispatcher=tw.InlineDispatcher()) as sched:
+        sched.add_listener(OtelListener())  # the no-op meter: nothing to see, nothing raised
+        job = sched.schedule(ok, delay=0.0)
+        sched.clock.advance(1.0)  # type: ignore[attr-defined]
+        assert job.result(timeout=1) == 1
