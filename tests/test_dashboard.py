@@ -295,3 +295,18 @@ def test_metrics_route_serves_the_store_gauges(client: TestClient) -> None:
     assert r.headers["content-type"].startswith("text/plain")
     assert "timewheel_ready 1.0" in r.text
     assert 'timewheel_pending_due{within="minute"} 1.0' in r.text
+
+
+def test_schedule_last_run_and_its_outcome(client: TestClient, store: SQLiteStore) -> None:
+    store.promote(["every5@1"], NOW + 300, successors=())
+    claimed = store.claim(
+        "every5@1", expected_version=1, owner="w", lease_expires=NOW + 400, now=NOW + 300
+    )
+    assert claimed is not None
+    store.finish("every5@1", owner="w", state=TaskState.SUCCEEDED, now=NOW + 301)
+    r = client.get("/schedules")
+    assert 'href="/task/every5%401"' in r.text
+    assert "succeeded" in r.text
+    page = client.get("/task/every5%401")
+    assert page.status_code == 200
+    assert cell(page.text, "state") == "succeeded"

@@ -216,7 +216,9 @@ class _Dashboard:
             except Exception:  # a rule this version cannot read: shown as stored
                 pass
             done = self.store.tasks(state=TERMINAL_STATES, schedule_id=rec.id, limit=_HISTORY)
-            last = max(done, key=lambda t: t.updated, default=None)
+            # tasks() lists earliest due first: past the limit the latest run may be missing
+            known = len(done) < _HISTORY
+            last = max(done, key=lambda t: t.updated, default=None) if known else None
             rows.append(
                 {
                     "id": rec.id,
@@ -225,6 +227,7 @@ class _Dashboard:
                     "paused": rec.paused,
                     "fires": fires,
                     "last": last,
+                    "last_known": known,
                 }
             )
         return self.render(request, "schedules.html", schedules=rows)
