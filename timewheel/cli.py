@@ -51,8 +51,6 @@ RUNTIME = 1
 _MAX_BUCKETS = 10_000  # --horizon / --bucket: a histogram longer than this is a mistake
 _SCAN_LIMIT = 50_000  # tasks read to group READY work by function
 _OVERDUE_SLACK = 5.0  # a PENDING task this late means nothing triggers the store
-_HERD_MIN = 100  # a bucket with at least this many tasks ...
-_HERD_FACTOR = 10.0  # ... and this many times the average is a thundering herd
 _HERD_EXAMINED = 10_000  # a herd's instances read to name the schedules behind it
 
 
@@ -754,6 +752,7 @@ def _refused(store: Store, allowlist: Allowlist | None) -> list[dict[str, Any]]:
 def _collect(opened: _Opened, args: argparse.Namespace, now: float) -> dict[str, Any]:
     """Everything ``inspect`` shows, as plain data (also the ``--json`` document)."""
     from timewheel.refs import Allowlist, permit_imports
+    from timewheel.report import load_report
     from timewheel.task import TaskState
 
     allowlist = Allowlist(m for group in args.allow for m in group) if args.allow else None
@@ -798,22 +797,12 @@ def _collect(opened: _Opened, args: argparse.Namespace, now: float) -> dict[str,
     data["unresolvable"] = dict(inspect.unresolvable()) if inspect is not None else {}
     data["missed_slots"] = _missed_slots(store, now)
     if inspect is not None:
-        buckets = inspect.due_histogram(now, horizon=args.horizon, bucket=args.bucket)
-        total = sum(n for _, n in buckets)
-        peak_start, peak = max(buckets, key=lambda b: b[1], default=(now, 0))
-        average = total / len(buckets) if buckets else 0.0
-        herd = None
-        if peak >= _HERD_MIN and peak >= _HERD_FACTOR * average:
-            herd = {"start": peak_start, "count": peak, "times_average": peak / average}
-            herd.update(_herd_behind(store, buckets, peak_start, args.bucket, overdue))
-        data["load"] = {
-            "horizon": args.horizon,
-            "bucket": args.bucket,
-            "total": total,
-            "peak": peak,
-            "buckets": [[start, n] for start, n in buckets],
-            "herd": herd,
-        }
+        load = load_report(inspect, now, horizon=args.horizon, bucket=args.bucket)
+        herd = load["herd"]
+        if herd is not None:
+            buckets = [(start, n) for start, n in load["buckets"]]
+            herd.update(_herd_behind(store, buckets, herd["start"], args.bucket, overdue))
+        data["load"] = load
         data["failures"] = [
             {
                 "id": t.id,
@@ -974,6 +963,32 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
         out.write("\n")
     else:
         _print_report(data, out)
+    return 0
+
+
+# -- dashboard -----------------------------------------------------------------------------------
+def _dashboard(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        import uvicorn
+
+        from timewheel.dashboard import create_app
+    except ImportError as e:
+        _fail(f"the dashboard needs its extra: pip install 'pytimewheel[dashboard]' ({e})")
+    opened = _open(args.store, read_only_ok=args.read_only)
+    try:
+        app = create_app(
+            opened.store,
+            token=os.environ.get("TIMEWHEEL_DASHBOARD_TOKEN") or None,
+            read_only=args.read_only,
+            show_arguments=args.show_arguments,
+        )
+        print(f"dashboard of {opened.url} on http://{args.host}:{args.port}/", file=out)
+        if not args.read_only and not os.environ.get("TIMEWHEEL_DASHBOARD_TOKEN"):
+            print(f"write token: {app.state.token}", file=out)
+        out.flush()
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        opened.close()
     return 0
 
 
@@ -1147,6 +1162,25 @@ def _parser() -> _Parser:
         required=True,
         help="store URL, e.g. postgresql://user@host/db?schema=app1",
     )
+    dashboard = sub.add_parser(
+        "dashboard",
+        help="serve a web dashboard of a store (the dashboard extra)",
+        description="Serve the web dashboard of a store. Writes need the token printed at start "
+        "(or set TIMEWHEEL_DASHBOARD_TOKEN).",
+        formatter_class=_Formatter,
+    )
+    required = dashboard.add_argument_group("required arguments")
+    required.add_argument(
+        "--store", metavar="URL", required=True, help="store URL, e.g. sqlite:///tasks.db"
+    )
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    dashboard.add_argument("--port", type=_positive_int, default=8000, metavar="N", help="port")
+    dashboard.add_argument(
+        "--read-only", action="store_true", help="open the store read-only and offer no actions"
+    )
+    dashboard.add_argument(
+        "--show-arguments", action="store_true", help="show task arguments and results"
+    )
     return parser
 
 
@@ -1165,6 +1199,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         "worker": _worker,
         "inspect": _inspect,
         "migrate": _migrate,
+        "dashboard": _dashboard,
     }
     if args.command is None:
         parser.print_help(out)
