@@ -16,12 +16,15 @@ memory, SQLite, a server database) can use them inside its own lock or transacti
 
 from __future__ import annotations
 
+import logging
 import math
+import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from timewheel import validate
+from timewheel import refs, validate
 from timewheel.errors import (
     DuplicateKeyError,
     InvalidScheduleError,
@@ -38,11 +41,14 @@ from timewheel.task import (
     dependency_effect,
 )
 
+log = logging.getLogger("timewheel.stores")
+
 __all__ = [
     "CANCELLABLE_STATES",
     "ON_CONFLICT_VALUES",
     "REPORTED_FAILURES",
     "SCHEDULE_GONE",
+    "ClaimableRefs",
     "DependencyCount",
     "as_inserted",
     "check_on_conflict",
@@ -371,3 +377,56 @@ def schedule_version_conflict(
 def closed(store: str) -> StoreError:
     """A change was asked of a closed store (*store* names it, e.g. its repr)."""
     return StoreError(f"{store} is closed and refuses changes; open a new store")
+
+
+class ClaimableRefs:
+    """Which stored function references this process claims tasks for: the check a durable
+    store's batched claim makes before taking a READY task, cached per reference.
+
+    A reference that resolves here, or that an allowlist refuses without importing it (the worker
+    then ends its task FAILED), is claimable. One that does not resolve is not: its tasks stay
+    READY for a worker that can import it, and :meth:`unclaimable` lists it (a store's
+    ``unresolvable()``). The cache of refusals is forgotten when the registry of names or the
+    modules an allowlist permits change (:func:`timewheel.refs.generation`).
+    """
+
+    def __init__(self, store_name: str) -> None:
+        self._store_name = store_name
+        self._known: dict[str, bool] = {}
+        self._generation = refs.generation()
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    def unclaimable(self) -> list[str]:
+        """References known not to resolve in this process."""
+        with self._lock:
+            generation = refs.generation()
+            if generation != self._generation:
+                self._known = {k: v for k, v in self._known.items() if v}
+                self._generation = generation
+            return [r for r, ok in self._known.items() if not ok]
+
+    def claimable(self, ref: str) -> bool:
+        """Whether this process claims tasks calling *ref* (see the class docstring)."""
+        ok = self._known.get(ref)
+        if ok is None:
+            try:
+                refs.resolve_ref(ref)
+                ok = True
+            except refs.ReferenceNotAllowedError:
+                ok = True  # claimed, never imported: the worker's allowlist ends it FAILED
+            except refs.UnresolvableRefError as e:
+                ok = False
+                if ref not in self._warned:
+                    self._warned.add(ref)
+                    log.warning(
+                        "not claiming READY tasks of %s in process %d: %s; they stay READY for "
+                        "a worker that can import it (see %s.unresolvable())",
+                        ref,
+                        os.getpid(),
+                        e,
+                        self._store_name,
+                    )
+            with self._lock:
+                self._known[ref] = ok
+        return ok

@@ -9,8 +9,6 @@ settle is the shared :mod:`~timewheel.stores.policy`.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
@@ -18,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
-from timewheel import refs, validate
+from timewheel import validate
 from timewheel.errors import (
     InvalidScheduleError,
     StoreConfigError,
@@ -144,10 +142,7 @@ class PostgresStore(Store):
             connect_timeout=timeout,
         )
         self.where = self._connections.where
-        self._resolvable: dict[str, bool] = {}
-        self._resolvable_gen = refs.generation()
-        self._warned: set[str] = set()
-        self._refs_lock = threading.Lock()
+        self._claimable = policy.ClaimableRefs("PostgresStore")
         conn = self._connections.connect()
         try:
             if create and not read_only:
@@ -225,37 +220,6 @@ class PostgresStore(Store):
         return policy.settle(
             up_id, up_state, from_us(now_us), take_dependents=take_dependents, save=save
         )
-
-    def _bad_refs(self) -> list[str]:
-        with self._refs_lock:
-            gen = refs.generation()
-            if gen != self._resolvable_gen:
-                self._resolvable = {k: v for k, v in self._resolvable.items() if v}
-                self._resolvable_gen = gen
-            return [r for r, ok in self._resolvable.items() if not ok]
-
-    def _resolves(self, ref: str) -> bool:
-        ok = self._resolvable.get(ref)
-        if ok is None:
-            try:
-                refs.resolve_ref(ref)
-                ok = True
-            except refs.ReferenceNotAllowedError:
-                ok = True  # claimed, never imported: the worker's allowlist ends it FAILED
-            except refs.UnresolvableRefError as e:
-                ok = False
-                if ref not in self._warned:
-                    self._warned.add(ref)
-                    log.warning(
-                        "not claiming READY tasks of %s in process %d: %s; they stay READY for "
-                        "a worker that can import it (see PostgresStore.unresolvable())",
-                        ref,
-                        os.getpid(),
-                        e,
-                    )
-            with self._refs_lock:
-                self._resolvable[ref] = ok
-        return ok
 
     # -- tasks ------------------------------------------------------------------------------------
     def insert(self, task: Task, *, on_conflict: OnConflict = "error") -> Changed:
@@ -437,7 +401,7 @@ class PostgresStore(Store):
 
         def work(conn: Conn) -> list[Row]:
             while True:
-                bad = self._bad_refs()
+                bad = self._claimable.unclaimable()
                 where, params = "", []
                 if queues is not None:
                     where += " AND queue = ANY(%s)"
@@ -452,7 +416,7 @@ class PostgresStore(Store):
                         (*params, limit, owner, lease_us, now_us),
                     ).fetchall()
                     funcs = {r[_FUNC] for r in rows}
-                    if sum(not self._resolves(f) for f in funcs) == 0:
+                    if sum(not self._claimable.claimable(f) for f in funcs) == 0:
                         return rows
                     raise psycopg.Rollback(savepoint)
 
@@ -725,7 +689,7 @@ class PostgresStore(Store):
     # -- inspection ---------------------------------------------------------------------------------
     def unresolvable(self) -> dict[str, int]:
         """Function references this process could not resolve -> READY tasks waiting on each."""
-        bad = self._bad_refs()
+        bad = self._claimable.unclaimable()
         if not bad:
             return {}
         rows = self._read(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from timewheel import refs, validate
+from timewheel import validate
 from timewheel.errors import (
     InvalidScheduleError,
     StoreConfigError,
@@ -159,11 +158,8 @@ class SQLiteStore(Store):
         self.busy_timeout = timeout
         self.read_only = read_only
         self._verify = verify
-        self._resolvable: dict[str, bool] = {}
-        self._resolvable_gen = refs.generation()
-        self._warned: set[str] = set()
         self._last_checkpoint = time.monotonic()
-        self._refs_lock = threading.Lock()
+        self._claimable = policy.ClaimableRefs("SQLiteStore")
         conn, mode, immutable = schema.open_database(
             self.path,
             durability=durability,
@@ -228,38 +224,6 @@ class SQLiteStore(Store):
         return policy.settle(
             up_id, up_state, from_us(now_us), take_dependents=take_dependents, save=save
         )
-
-    def _bad_refs(self) -> list[str]:
-        """References known not to resolve here (forgotten when the name registry changes)."""
-        with self._refs_lock:
-            gen = refs.generation()
-            if gen != self._resolvable_gen:
-                self._resolvable = {k: v for k, v in self._resolvable.items() if v}
-                self._resolvable_gen = gen
-            return [r for r, ok in self._resolvable.items() if not ok]
-
-    def _resolves(self, ref: str) -> bool:
-        ok = self._resolvable.get(ref)
-        if ok is None:
-            try:
-                refs.resolve_ref(ref)
-                ok = True
-            except refs.ReferenceNotAllowedError:
-                ok = True  # claimed, never imported: the worker's allowlist ends it FAILED
-            except refs.UnresolvableRefError as e:
-                ok = False
-                if ref not in self._warned:
-                    self._warned.add(ref)
-                    log.warning(
-                        "not claiming READY tasks of %s in process %d: %s; they stay READY for "
-                        "a worker that can import it (see SQLiteStore.unresolvable())",
-                        ref,
-                        os.getpid(),
-                        e,
-                    )
-            with self._refs_lock:
-                self._resolvable[ref] = ok
-        return ok
 
     # -- tasks ------------------------------------------------------------------------------------
     def insert(self, task: Task, *, on_conflict: OnConflict = "error") -> Changed:
@@ -440,7 +404,7 @@ class SQLiteStore(Store):
             qparams = tuple(qs)
         with self._tx("claiming tasks") as conn:
             while True:
-                bad = self._bad_refs()
+                bad = self._claimable.unclaimable()
                 sql = f"{_SEL_READY} WHERE {where}"
                 if bad:
                     sql += f" AND func NOT IN ({_sql_in(len(bad))})"
@@ -448,7 +412,7 @@ class SQLiteStore(Store):
                 rows = conn.execute(sql, (*qparams, *bad, limit)).fetchall()
                 # every function of the batch is checked (no short-circuit): bad ones are excluded
                 funcs = {r[_FUNC] for r in rows}
-                if sum(not self._resolves(f) for f in funcs) == 0:
+                if sum(not self._claimable.claimable(f) for f in funcs) == 0:
                     break
             if rows:
                 cur = conn.executemany(
@@ -739,7 +703,7 @@ class SQLiteStore(Store):
 
         ``claim_next`` skips those tasks (they stay READY for a worker that can import them).
         """
-        bad = self._bad_refs()
+        bad = self._claimable.unclaimable()
         out: dict[str, int] = {}
         for chunk in _chunks(bad):
             for func, n in self._read(
