@@ -85,10 +85,13 @@ class AsyncScheduler:
             warning naming the coroutine tasks running.
         store_runner: where store calls run (default: on the loop for a store that does no I/O,
             in one thread of its own for a durable store); see :mod:`timewheel.aio.runner`.
-        tick, timezone, lease, ready_capacity, horizon, max_lease_recoveries, batch, poll_interval,
-        allow, keep_finished: as for :class:`~timewheel.scheduler.Scheduler` (*allow*: the
-            modules whose functions run from import paths read from a durable store; see
-            ``docs/security.md``; *keep_finished*: how long finished tasks are kept).
+        tick, timezone, lease, ready_capacity, horizon, max_lease_recoveries, batch: as for
+            :class:`~timewheel.scheduler.Scheduler`.
+        poll_interval: as for :class:`~timewheel.scheduler.Scheduler`.
+        allow: the modules whose functions run from import paths read from a durable store (see
+            ``docs/security.md``), as for :class:`~timewheel.scheduler.Scheduler`.
+        keep_finished: how long finished tasks are kept, as for
+            :class:`~timewheel.scheduler.Scheduler`.
 
     Use it as an async context manager on the running loop (``async with AsyncScheduler() as
     sched:``) or await :meth:`start` and :meth:`shutdown`. Its methods are called from the loop's
