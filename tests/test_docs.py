@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import re
 import sys
 import textwrap
@@ -172,7 +173,19 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     before = set(sys.modules)
+    # a page may configure the timewheel loggers (docs/concepts.md shows how): undo it after
+    loggers = {name: logging.getLogger(name) for name in ("timewheel", "")}
+    saved = {
+        name: (lg.level, lg.propagate, list(lg.handlers), list(lg.filters))
+        for name, lg in loggers.items()
+    }
     yield tmp_path
+    for name, (level, propagate, handlers, filters) in saved.items():
+        lg = loggers[name]
+        lg.setLevel(level)
+        lg.propagate = propagate
+        lg.handlers[:] = handlers
+        lg.filters[:] = filters
     for name in set(sys.modules) - before:
         where = getattr(sys.modules.get(name), "__file__", None)
         if where is not None and str(tmp_path) in str(where):
