@@ -41,6 +41,7 @@ __all__ = [
     "Engine",
     "InlineDispatcher",
     "NullDispatcher",
+    "Rebuildable",
     "ThreadPoolDispatcher",
     "complete",
     "refuse",
@@ -141,6 +142,19 @@ class Dispatcher(Protocol):
     def beat(self) -> None:
         """Extend the lease of every task running here, now (a clock that jumps, such as a
         ``FakeClock``, calls it before looking for expired leases)."""
+        ...
+
+
+@runtime_checkable
+class Rebuildable(Protocol):
+    """**Protocol (optional):** a dispatcher that can make an unstarted twin of itself.
+
+    A scheduler inherited across ``fork()`` on a durable store restarts in the child with such a
+    twin, since the parent's threads do not exist there.
+    """
+
+    def rebuilt(self) -> Dispatcher:
+        """A new, unstarted dispatcher with the same settings."""
         ...
 
 
@@ -387,6 +401,14 @@ def _owner_prefix() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{id(object()) & 0xFFFFFF:06x}"
 
 
+def _own_twin(dispatcher: object, cls: type) -> None:
+    """A subclass may hold state its base cannot copy: it rebuilds only by overriding ``rebuilt``."""
+    if type(dispatcher) is not cls:
+        raise NotImplementedError(
+            f"{type(dispatcher).__qualname__} does not override rebuilt() of {cls.__qualname__}"
+        )
+
+
 class NullDispatcher:
     """Runs nothing and serves no queue: due tasks are moved to READY and stay there, for workers
     in other processes (``timewheel worker``) to claim. For a process that only triggers, and for
@@ -408,6 +430,11 @@ class NullDispatcher:
 
     def beat(self) -> None:
         """Nothing runs here."""
+
+    def rebuilt(self) -> NullDispatcher:
+        """A new NullDispatcher."""
+        _own_twin(self, NullDispatcher)
+        return NullDispatcher()
 
     def __repr__(self) -> str:
         return "NullDispatcher()"
@@ -448,6 +475,11 @@ class InlineDispatcher:
 
     def beat(self) -> None:
         """Nothing to extend: a task runs to its end inside the call that advanced the clock."""
+
+    def rebuilt(self) -> InlineDispatcher:
+        """A new, unstarted InlineDispatcher serving the same queues."""
+        _own_twin(self, InlineDispatcher)
+        return InlineDispatcher(self.queues)
 
     def __repr__(self) -> str:
         return f"InlineDispatcher(queues={self.queues!r})"
@@ -712,6 +744,16 @@ class ThreadPoolDispatcher:
     def in_flight(self) -> int:
         """Tasks running now."""
         return len(self._running)
+
+    def rebuilt(self) -> ThreadPoolDispatcher:
+        """A new, unstarted pool with the same settings (its own threads once started)."""
+        _own_twin(self, ThreadPoolDispatcher)
+        return ThreadPoolDispatcher(
+            self.workers,
+            queues=self.queues,
+            heartbeat=self.heartbeat,
+            claim_batch=self.claim_batch,
+        )
 
     def __repr__(self) -> str:
         return f"ThreadPoolDispatcher(workers={self.workers}, queues={self.queues!r})"

@@ -17,19 +17,27 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
-from timewheel.clock import Clock
+from timewheel.clock import Clock, to_datetime
 from timewheel.errors import JobTimeoutError, SchedulerStateError, VersionConflictError
 from timewheel.events import TERMINAL_EVENT, EventHub
 from timewheel.jobs import Job
 from timewheel.ready import ReadyQueue
-from timewheel.recurring import Recurring
+from timewheel.recurring import HerdReport, Recurring
 from timewheel.refs import Allowlist, permit_imports
 from timewheel.retention import Retention
-from timewheel.stores.base import Changed, OnConflict, Store, SupportsCompactInsert
+from timewheel.stores.base import (
+    Changed,
+    OnConflict,
+    Store,
+    SupportsCompactInsert,
+    SupportsInspection,
+)
 from timewheel.task import TERMINAL_STATES, Task, TaskState
 from timewheel.trigger import Trigger
+from timewheel.wheel import bucket_width
 
 __all__ = ["ClockDriver", "Runtime", "SchedulerStatistics"]
 
@@ -362,6 +370,29 @@ class Runtime:
         if not lateness:
             return None
         return lateness[min(len(lateness) - 1, max(0, math.ceil(q * len(lateness)) - 1))]
+
+    def upcoming(self, horizon: float, *, bucket: float | str) -> list[tuple[datetime, int]]:
+        """``(bucket_start, count)`` of tasks due per bucket over the next *horizon* seconds, for
+        non-empty buckets (see ``Scheduler.upcoming``): from the store when it is durable and
+        inspectable (it holds every pending task; the wheel only the near horizon), else from the
+        trigger's wheel."""
+        store = self.store
+        if store.durable and isinstance(store, SupportsInspection):
+            width = bucket_width(bucket)
+            counts = dict(store.due_histogram(self.clock.time(), horizon=horizon, bucket=width))
+        else:
+            counts = dict(self.trigger.upcoming(horizon, bucket=bucket))
+        return [(to_datetime(t), n) for t, n in sorted(counts.items()) if n]
+
+    def herds(self, horizon: float) -> list[HerdReport]:
+        """The herds coming within *horizon* seconds, with the schedules behind each (see
+        ``Scheduler.herds``)."""
+        trigger, recurring = self.trigger, self.recurring
+        now = self.clock.time()
+        return [
+            recurring.report(herd, trigger.herd_ids(herd.start))
+            for herd in trigger.herds(now, horizon)
+        ]
 
     def statistics(self, *, uptime: float) -> SchedulerStatistics:
         """A snapshot of counts by state, queue depths, event totals and lateness."""

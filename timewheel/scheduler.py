@@ -9,6 +9,7 @@ the dispatcher's workers pull and run them. See ``docs/concepts.md`` and ``docs/
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -20,11 +21,11 @@ from typing import Any, Literal, TypeVar, overload
 from typing_extensions import Unpack
 
 from timewheel import forking
-from timewheel.clock import Clock, DrivingClock, SystemClock, to_datetime
+from timewheel.clock import Clock, DrivingClock, SystemClock
 from timewheel.dispatch import (
     Dispatcher,
     InlineDispatcher,
-    NullDispatcher,
+    Rebuildable,
     ThreadPoolDispatcher,
 )
 from timewheel.errors import (
@@ -50,11 +51,10 @@ from timewheel.refs import Allowlist
 from timewheel.retention import KeepFinished, keep_finished_seconds
 from timewheel.rules import resolve_zone
 from timewheel.runtime import ClockDriver, Runtime, SchedulerStatistics
-from timewheel.stores.base import Store, SupportsCompactInsert, SupportsInspection
+from timewheel.stores.base import Store, SupportsCompactInsert
 from timewheel.stores.memory import MemoryStore
 from timewheel.task import TaskState
 from timewheel.validate import count, seconds
-from timewheel.wheel import bucket_width
 
 __all__ = [
     "EVENTS",
@@ -337,20 +337,14 @@ class Scheduler:
 
     def _rebuilt_dispatcher(self, parent: int, child: int) -> Dispatcher:
         """A dispatcher like the inherited one, with its own threads in this process."""
-        d = self._dispatcher
-        if type(d) is ThreadPoolDispatcher:
-            return ThreadPoolDispatcher(
-                d.workers, queues=d.queues, heartbeat=d.heartbeat, claim_batch=d.claim_batch
-            )
-        if type(d) is InlineDispatcher:
-            return InlineDispatcher(d.queues)
-        if type(d) is NullDispatcher:
-            return NullDispatcher()
+        with contextlib.suppress(NotImplementedError):  # a subclass that does not rebuild
+            if isinstance(self._dispatcher, Rebuildable):
+                return self._dispatcher.rebuilt()
         raise InheritedAcrossForkError(
-            f"this Scheduler was started in process {parent}, and process {child} is a copy of "
-            f"it made by fork(); its dispatcher, a {type(d).__qualname__}, is not one timewheel can "
-            "rebuild with threads of this process. Create the Scheduler and its dispatcher after the fork "
-            "(e.g. in gunicorn's post_fork hook); the parent's scheduler is unaffected"
+            f"this Scheduler was started in process {parent}, and process {child} is a copy of it "
+            f"made by fork(); its dispatcher, a {type(self._dispatcher).__qualname__}, cannot be "
+            "rebuilt here (see timewheel.dispatch.Rebuildable). Create the Scheduler and its "
+            "dispatcher after the fork (e.g. in gunicorn's post_fork hook); the parent is unaffected"
         )
 
     def __enter__(self) -> Scheduler:
@@ -679,14 +673,7 @@ class Scheduler:
         Recurring schedules count their next instance.
         """
         self._in_this_process()
-        store = self._store
-        if store.durable and isinstance(store, SupportsInspection):
-            # the store holds every pending task; the wheel only the near horizon
-            width = bucket_width(bucket)
-            counts = dict(store.due_histogram(self._clock.time(), horizon=horizon, bucket=width))
-        else:
-            counts = dict(self._trigger.upcoming(horizon, bucket=bucket))
-        return [(to_datetime(t), n) for t, n in sorted(counts.items()) if n]
+        return self._runtime.upcoming(horizon, bucket=bucket)
 
     def herds(self, horizon: float = 3600.0) -> list[HerdReport]:
         """The herds coming within *horizon* seconds (and those whose second came in the last
@@ -698,12 +685,7 @@ class Scheduler:
         changes remain. With a durable store the trigger sees the next ``horizon`` seconds of
         the store (see :meth:`upcoming` for the whole look-ahead).
         """
-        trigger, recurring = self._trigger, self._runtime.recurring
-        now = self._clock.time()
-        return [
-            recurring.report(herd, trigger.herd_ids(herd.start))
-            for herd in trigger.herds(now, horizon)
-        ]
+        return self._runtime.herds(horizon)
 
     def statistics(self) -> SchedulerStatistics:
         """Counts by state, queue depths, event totals, throughput and lateness (seconds)."""
