@@ -12,6 +12,7 @@ import pytest
 
 import timewheel as tw
 from timewheel.stores import MemoryStore
+from timewheel.task import ScheduleRecord
 from timewheel.testing import FakeClock
 
 UTC = timezone.utc
@@ -360,3 +361,50 @@ def test_a_recurring_run_cut_off_by_a_lost_lease_runs_again_not_skipped() -> Non
         assert sched.statistics().missed_fires == 0
         heads = sched.store.tasks(state=tw.TaskState.PENDING)
         assert [h.due - t0 for h in heads] == [120.0]
+
+
+def report() -> None:
+    """A schedule's function that a durable store can name."""
+
+
+def test_concurrent_registration_keeps_the_other_process_head(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes register the same schedule at once, across a slot boundary: the later one
+    finds the earlier one's record at its insert and keeps that series, whose just-due head is
+    not cancelled."""
+    from timewheel.stores import SQLiteStore
+
+    path = tmp_path / "shared.db"
+    clock = FakeClock(start=datetime(2026, 1, 1, 8, 55, tzinfo=UTC))
+    allow = ["tests.test_recurring"]
+    early = tw.Scheduler(
+        store=SQLiteStore(path), clock=clock, dispatcher=tw.NullDispatcher(), allow=allow
+    )
+    early.start()
+    early.schedule(report, cron="0 9 * * *", id="report")
+    clock.advance(minutes=5)  # 09:00: the head is due and promoted
+    (head,) = early.store.tasks(state=tw.TaskState.READY, schedule_id="report")
+
+    late_store = SQLiteStore(path)
+    real_get = late_store.get_schedule
+    reads: list[str] = []
+
+    def read_before_the_other_write(schedule_id: str) -> ScheduleRecord | None:
+        reads.append(schedule_id)
+        return None if len(reads) == 1 else real_get(schedule_id)
+
+    monkeypatch.setattr(late_store, "get_schedule", read_before_the_other_write)
+    late = tw.Scheduler(
+        store=late_store, clock=clock, dispatcher=tw.NullDispatcher(), allow=allow
+    ).start()
+    late.schedule(report, cron="0 9 * * *", id="report")
+    try:
+        same = early.store.get(head.id)
+        assert same.state is tw.TaskState.READY
+        assert same.version == head.version
+        assert early.store.get_schedule("report").version == 0  # type: ignore[union-attr]
+        assert reads == ["report", "report"]  # read again after its insert met the record
+    finally:
+        late.shutdown()
+        early.shutdown()

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from timewheel.clock import to_datetime
 from timewheel.errors import (
+    DuplicateKeyError,
     InvalidScheduleError,
     TaskNotFoundError,
     VersionConflictError,
@@ -589,27 +590,32 @@ class Recurring:
             created=now,
             updated=now,
         )
-        old = store.get_schedule(sid)
-        if old is not None:
+        first_slot = rule.next_after(now)
+        first = None if first_slot is None else self._instance(rec, first_slot, rule, now=now)
+        while True:
+            old = store.get_schedule(sid)
+            if old is None:
+                # Inserted with "error", not "replace": another process registering the same
+                # schedule between our read and this write must not have its just-due head
+                # cancelled; its record is read again and compared like any existing one.
+                try:
+                    store.put_schedule(rec, first=first, on_conflict="error")
+                except DuplicateKeyError:
+                    continue
+                break
             if on_conflict == "keep" or _same_definition(old, rec):
                 return Schedule(self, sid)  # re-registering the same schedule keeps its series
             if on_conflict == "error":
-                from timewheel.errors import DuplicateKeyError
-
                 raise DuplicateKeyError(
                     f"a schedule with id {sid!r} already exists; pass on_conflict='replace' "
                     "or 'keep', or another id="
                 )
-        first_slot = rule.next_after(now)
-        first = None if first_slot is None else self._instance(rec, first_slot, rule, now=now)
-        if old is not None:
             self._drop_stored_ahead(sid)
             old_heads = [t.id for t in store.tasks(state=_P, schedule_id=sid)]
             store.put_schedule(rec, first=first, on_conflict="replace")
             self._forget_schedule(sid)
             self.host.unindex(old_heads)
-        else:
-            store.put_schedule(rec, first=first, on_conflict="replace")
+            break
         if first is not None:
             self.host.index(first)
         return Schedule(self, sid)
