@@ -37,6 +37,7 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     tasks.check_transition_forbidden,
     tasks.check_transition_missing,
     tasks.check_transition_sets_changes,
+    tasks.check_transition_refuses_bad_changes,
     tasks.check_version_increments_by_one,
     tasks.check_promote,
     tasks.check_promote_successors,

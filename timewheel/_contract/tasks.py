@@ -345,6 +345,33 @@ def check_transition_sets_changes(store: Store) -> None:
     assert store.get("a") == t, "get returns the changed task"
 
 
+def check_transition_refuses_bad_changes(store: Store) -> None:
+    """Every store refuses the same changes, names the field, and leaves the task as it was."""
+    store.insert(new_task("a"))
+    before = store.get("a")
+    managed = ["id", "version", "updated", "after", "unmet", "when", "no_such_field"]
+    for name in managed:
+        e = expect(
+            TypeError,
+            lambda name=name: store.transition(  # type: ignore[misc]
+                "a", expected_version=0, state=S.READY, now=T0, **{name: before.id}
+            ),
+            f"transition setting {name!r}",
+        )
+        assert repr(name) in str(e), f"the error names the field {name!r} (got {e})"
+    wrong = {"priority": "high", "attempts": 1.5, "queue": None, "due": float("nan"), "error": 3}
+    for name, value in wrong.items():
+        e = expect(
+            InvalidScheduleError,
+            lambda name=name, value=value: store.transition(  # type: ignore[misc]
+                "a", expected_version=0, state=S.READY, now=T0, **{name: value}
+            ),
+            f"transition setting {name}={value!r}",
+        )
+        assert name in str(e), f"the error names the field {name!r} (got {e})"
+    assert store.get("a") == before, "a refused transition changes nothing"
+
+
 def check_version_increments_by_one(store: Store) -> None:
     store.insert(new_task("a"))
     seen = [store.get("a").version]

@@ -92,7 +92,8 @@ class Store(Protocol):
 
         Raises:
             TaskNotFoundError, VersionConflictError (someone else changed it first),
-            InvalidTransitionError (the table forbids it).
+            InvalidTransitionError (the table forbids it), TypeError (a field the store manages,
+            see ``policy.check_task_changes``), InvalidScheduleError (a value of the wrong type).
         """
         ...
 

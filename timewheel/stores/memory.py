@@ -236,6 +236,7 @@ class MemoryStore(Store):
     def transition(
         self, task_id: str, *, expected_version: int, state: TaskState, now: float, **changes: Any
     ) -> Changed:
+        policy.check_task_changes(changes)
         with self._lock:
             self._writable()
             t = self._require(task_id)

@@ -45,6 +45,7 @@ log = logging.getLogger("timewheel.stores")
 
 __all__ = [
     "CANCELLABLE_STATES",
+    "MANAGED_TASK_FIELDS",
     "ON_CONFLICT_VALUES",
     "REPORTED_FAILURES",
     "SCHEDULE_GONE",
@@ -55,6 +56,7 @@ __all__ = [
     "check_schedule",
     "check_schedule_changes",
     "check_task",
+    "check_task_changes",
     "closed",
     "count_dependencies",
     "dependencies_in_batch",
@@ -103,6 +105,73 @@ def check_task(task: Task) -> None:
         raise InvalidScheduleError(
             f"when must be 'all_success', 'all_done' or 'any_failed' (got {task.when!r})"
         )
+
+
+MANAGED_TASK_FIELDS = frozenset({"id", "state", "version", "updated", "after", "unmet", "when"})
+"""Task fields a store manages itself: ``transition(**changes)`` refuses to set them."""
+
+
+def _int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidScheduleError(f"{name} must be an int (got {value!r})")
+
+
+def _text(name: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise InvalidScheduleError(f"{name} must be a str (got {value!r})")
+
+
+def _text_or_none(name: str, value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidScheduleError(f"{name} must be a str or None (got {value!r})")
+
+
+def _instant(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidScheduleError(f"{name} must be finite epoch seconds (got {value!r})")
+
+
+def _instant_or_none(name: str, value: Any) -> None:
+    if value is not None:
+        _instant(name, value)
+
+
+def _seconds_or_none(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise InvalidScheduleError(f"{name} must be seconds or None (got {value!r})")
+
+
+_CHANGE_CHECKS: dict[str, Callable[[str, Any], None]] = {
+    "due": _instant,
+    "created": _instant,
+    "lease_expires": _instant_or_none,
+    "timeout": _seconds_or_none,
+    "attempts": _int,
+    "priority": _int,
+    "queue": _text,
+    "lease_owner": _text_or_none,
+    "error": _text_or_none,
+    "schedule_id": _text_or_none,
+}
+_TASK_FIELDS = frozenset(Task.__dataclass_fields__)
+
+
+def check_task_changes(changes: Mapping[str, Any]) -> None:
+    """Check the fields a ``transition`` is asked to set, the same way in every store.
+
+    Raises:
+        TypeError: a field the store manages (:data:`MANAGED_TASK_FIELDS`) or no task field.
+        InvalidScheduleError: a value of the wrong type for its field.
+    """
+    for name, value in changes.items():
+        if name in MANAGED_TASK_FIELDS or name not in _TASK_FIELDS:
+            raise TypeError(
+                f"cannot change {name!r} in a transition: the store manages id, state, version, "
+                "updated and the dependency fields (after, unmet, when)"
+            )
+        check = _CHANGE_CHECKS.get(name)
+        if check is not None:
+            check(name, value)
 
 
 def keep_existing(task_id: str, existing: TaskState, on_conflict: str) -> bool:

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from timewheel import refs
 from timewheel.errors import InvalidScheduleError, SerializationError
+from timewheel.stores import policy
 from timewheel.task import EMPTY_KWARGS, NO_RETRY, Retry, ScheduleRecord, Task, TaskState
 
 __all__ = [
@@ -170,21 +171,6 @@ def _json_object(what: str) -> Callable[[Mapping[str, Any]], str]:
     return encode
 
 
-def _int(name: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise InvalidScheduleError(f"{name} must be an int (got {v!r})")
-
-
-def _text_or_none(name: str, v: Any) -> None:
-    if v is not None and not isinstance(v, str):
-        raise InvalidScheduleError(f"{name} must be a str or None (got {v!r})")
-
-
-def _text(name: str, v: Any) -> None:
-    if not isinstance(v, str):
-        raise InvalidScheduleError(f"{name} must be a str (got {v!r})")
-
-
 # -- the column tables ---------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Column:
@@ -199,7 +185,6 @@ class Column:
             argument per column.
         spans: further SQL columns, right after *name*, that the same field fills.
         changeable: whether a transition may set the field (the store manages the others).
-        check: validates a value a transition sets, before it is encoded.
     """
 
     name: str
@@ -208,7 +193,6 @@ class Column:
     decode: Callable[..., Any] | None = None
     spans: tuple[str, ...] = ()
     changeable: bool = True
-    check: Callable[[str, Any], None] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -293,18 +277,14 @@ class RowCodec(Generic[R]):
                 fields) or an unknown field.
             InvalidScheduleError, SerializationError: a value of the wrong type or not storable.
         """
+        policy.check_task_changes(changes)
         cols: list[str] = []
         vals: list[Any] = []
         stored: dict[str, Any] = {}
         for k, v in changes.items():
             c = self._by_field.get(k)
             if c is None or not c.changeable:
-                raise TypeError(
-                    f"cannot change {k!r} in a transition: the store manages id, state, version, "
-                    "updated and the dependency fields (after, unmet, when)"
-                )
-            if c.check is not None:
-                c.check(k, v)
+                raise TypeError(f"cannot change {k!r} in a transition")
             enc = v if c.encode is None else c.encode(v)
             if c.spans:
                 cols += c.names
@@ -333,18 +313,18 @@ TASKS: RowCodec[Task] = RowCodec(
         Column("due", "due", encode=to_us, decode=_from_us_fast),
         Column("state", "state", encode=_enc_state, decode=_STATES.__getitem__, changeable=False),
         Column("version", "version", changeable=False),
-        Column("attempts", "attempts", check=_int),
+        Column("attempts", "attempts"),
         Column("retry", "retry", encode=_enc_retry, decode=_dec_retry),
-        Column("priority", "priority", check=_int),
-        Column("queue", "queue", check=_text),
+        Column("priority", "priority"),
+        Column("queue", "queue"),
         Column("timeout", "timeout", encode=_enc_timeout),
-        Column("lease_owner", "lease_owner", check=_text_or_none),
+        Column("lease_owner", "lease_owner"),
         Column("lease_expires", "lease_expires", encode=to_us_optional, decode=_from_us_optional),
         Column("created", "created", encode=to_us, decode=_from_us_fast),
         Column("updated", "updated", encode=to_us, decode=_from_us_fast, changeable=False),
         Column("result", "result", encode=_enc_result, decode=_dec_result, spans=("result_repr",)),
-        Column("error", "error", check=_text_or_none),
-        Column("schedule_id", "schedule_id", check=_text_or_none),
+        Column("error", "error"),
+        Column("schedule_id", "schedule_id"),
         Column("after", "after", encode=_enc_after, decode=_dec_after, changeable=False),
         Column("unmet", "unmet", changeable=False),
         Column("when_", "when", changeable=False),
