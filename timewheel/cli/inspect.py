@@ -90,7 +90,7 @@ def _herd_behind(
     overdue: list[tuple[str, float, str | None]],
 ) -> dict[str, Any]:
     """The schedules behind a herd bucket and whether a scheduler pre-warmed it."""
-    from timewheel.recurring import stored_herd
+    from timewheel.herds import stored_herd
 
     before = len(overdue) + sum(n for s, n in buckets if s < start) + 1_000
     seen = stored_herd(store, start, start + width, before=before, limit=_HERD_EXAMINED)
