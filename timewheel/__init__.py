@@ -39,8 +39,9 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.events import Event
+from timewheel.herds import HerdReport
 from timewheel.jobs import Job, Step, TaskFunction, step
-from timewheel.recurring import HerdReport, Registry, Schedule
+from timewheel.recurring import Registry, Schedule
 from timewheel.rules import CronRule, IntervalRule, Misfire, Overlap
 from timewheel.runtime import SchedulerStatistics
 from timewheel.scheduler import Scheduler

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import random
 import threading
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -36,6 +36,13 @@ from timewheel.errors import (
     TaskNotFoundError,
     VersionConflictError,
 )
+from timewheel.herds import (
+    HerdReport,
+    HerdSchedules,
+    PreparedHead,
+    PreparedHeads,
+    describe_instances,
+)
 from timewheel.jobs import Job
 from timewheel.rules import (
     Misfire,
@@ -47,24 +54,25 @@ from timewheel.rules import (
     runs_alone,
 )
 from timewheel.stores.base import Store
-from timewheel.task import TERMINAL_STATES, Retry, ScheduleRecord, Task, TaskState
+from timewheel.task import (
+    TERMINAL_STATES,
+    Retry,
+    ScheduleRecord,
+    Task,
+    TaskState,
+    instance_id,
+    schedule_of,
+    slot_of,
+)
 from timewheel.trigger import FirePlan, Herd, PreparePlan
 from timewheel.validate import count, seconds
 
 __all__ = [
-    "HerdReport",
-    "HerdSchedules",
     "Recurring",
     "RecurringHost",
     "Registry",
     "Schedule",
-    "StoredHerd",
-    "describe_instances",
-    "instance_id",
     "interval_of",
-    "schedule_of",
-    "slot_of",
-    "stored_herd",
 ]
 
 _P = TaskState.PENDING
@@ -72,21 +80,6 @@ _BUSY = (TaskState.READY, TaskState.RUNNING)
 _LIVE = (TaskState.PENDING, TaskState.READY, TaskState.RUNNING)
 _COVERED = 10_000  # late plans remembered per runtime (see Recurring._covered)
 _SHARED_OPTIONS = 1_024  # distinct option sets shared among schedules
-
-
-def instance_id(schedule_id: str, slot: float) -> str:
-    """The deterministic id of a schedule's instance for *slot*."""
-    return f"{schedule_id}@{round(slot * 1_000_000)}"
-
-
-def slot_of(task_id: str) -> float:
-    """The slot (epoch seconds) encoded in an instance id."""
-    return int(task_id.rsplit("@", 1)[1]) / 1_000_000
-
-
-def schedule_of(task_id: str) -> str:
-    """The schedule id encoded in an instance id."""
-    return task_id.rsplit("@", 1)[0]
 
 
 def default_schedule_id(func: Callable[..., Any] | str) -> str:
@@ -324,36 +317,6 @@ class RecurringHost(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    """What pre-warming decided for a head instance before its slot (see Recurring.prepare)."""
-
-    schedule_id: str
-    slot: float
-    next_slot: float  # the successor's slot; the successor is stored
-    successor: str
-    version: int  # the head's version when prepared (it moves by one when promoted)
-    policy: Misfire
-    grace: float | None
-    check_overlap: bool  # other instances of the series were live: ask the store at fire time
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HerdSchedules:
-    """The schedules behind a set of instances (see :meth:`Recurring.describe`).
-
-    ``rules`` are ``(rule description, instances)`` pairs, most instances first; ``schedules``
-    a few schedule ids as examples. ``examined`` instances were looked at out of ``total``:
-    beyond :attr:`Recurring.DESCRIBE_LIMIT` an even sample is examined and the counts are
-    scaled to the total.
-    """
-
-    rules: tuple[tuple[str, int], ...]
-    schedules: tuple[str, ...]
-    examined: int
-    total: int
-
-
 @dataclass(slots=True)
 class _Plan:
     """A FirePlan being built."""
@@ -363,47 +326,6 @@ class _Plan:
     skipped: list[tuple[Task, str]] = field(default_factory=list)
     missed: int = 0
     expected: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HerdReport:
-    """A herd of recurring instances due in one second, the schedules behind it, and what
-    pre-warming has done (see ``Scheduler.herds``).
-
-    ``herd`` is the trigger's view (count, state, prepared heads, successors stored, the work
-    it took); ``schedules`` names the rules and a few schedule ids behind the instances still
-    waiting (none once they fired). ``str()`` is a one-line warning.
-    """
-
-    at: datetime
-    herd: Herd
-    schedules: HerdSchedules
-
-    def __str__(self) -> str:
-        h, who = self.herd, self.schedules
-        rules = "; ".join(f"{n:,} x {text}" for text, n in who.rules[:3])
-        if len(who.rules) > 3:
-            rules += f"; {len(who.rules) - 3} more rules"
-        if who.examined < who.total:
-            rules += f" (from a sample of {who.examined:,})"
-        names = ", ".join(who.schedules)
-        more = who.total - len(who.schedules)
-        if names and more > 0:
-            names += f" and {more:,} more"
-        behind = f": {rules}; schedules {names}" if rules else ""
-        if h.state == "ahead":
-            done = "pre-warming starts when it is within the look-ahead"
-        elif h.state in ("warming", "warm"):
-            done = (
-                f"pre-warming {'done' if h.state == 'warm' else 'under way'}: {h.prepared:,} "
-                f"heads prepared, {h.successors:,} successors stored ahead, "
-                f"{h.remaining + h.deferred:,} to go, {h.work:.2f} s of trigger work in "
-                f"{h.slices} slices (longest {h.longest_slice * 1e3:.1f} ms)"
-            )
-        else:
-            done = f"{h.state}: {h.prepared:,} heads were prepared ahead"
-        when = self.at.isoformat().replace("+00:00", "Z")
-        return f"herd: {h.count:,} recurring instances due at {when}{behind}; {done}"
 
 
 class Recurring:
@@ -427,14 +349,8 @@ class Recurring:
         self._options: dict[tuple[Any, ...] | None, Mapping[str, Any]] = {}
         self._held: dict[str, list[str]] = {}
         self._rng = random.Random()
-        # pre-warmed heads: id -> what was decided (an entry leaves when its head fires)
-        self._prepared: dict[str, _Prepared] = {}
-        # per schedule, its last prepared head; per stored successor, the head it follows.
-        # Preparing a successor before its head fired would put a third live instance in the
-        # series, so it waits. Both are checked against _prepared, not kept exact: firing a
-        # herd then costs one dictionary operation per head.
-        self._prepared_head: dict[str, str] = {}
-        self._early: dict[str, str] = {}
+        # pre-warmed heads (herds.py): an entry leaves when its head fires
+        self._prepared = PreparedHeads()
         # Late plans: schedule id -> (the instant of the plan, the slots it ran as catch-ups).
         # A fresh instance of the series with a slot at or before that instant was stored
         # ahead (pre-warmed) and its slot is decided already: it runs only as one of those
@@ -661,27 +577,7 @@ class Recurring:
         series had other live instances, the overlap check remain (both against *now*).
         """
         plan = _Plan()
-        slow: list[str] = []
-        asked: list[tuple[str, _Prepared]] = []
-        if self._prepared:
-            run, expected = plan.run, plan.expected
-            with self._lock:
-                table = self._prepared
-                for tid in ids:
-                    entry = table.pop(tid, None)
-                    if entry is None:
-                        slow.append(tid)
-                    elif (
-                        now < entry.next_slot
-                        and not entry.check_overlap
-                        and (entry.policy is Misfire.RUN_ONCE or entry.grace is None)
-                    ):
-                        run.append(tid)  # on time, nothing else live: it runs
-                        expected[tid] = entry.version
-                    else:
-                        asked.append((tid, entry))
-        else:
-            slow = list(ids)
+        slow, asked = self._prepared.take(ids, now, plan.run, plan.expected)
         for tid, entry in asked:
             if now >= entry.next_slot:
                 slow.append(tid)  # later than its successor: the full plan decides
@@ -691,7 +587,7 @@ class Recurring:
             self._fire_one(tid, now, plan)
         return FirePlan(plan.run, plan.successors, plan.skipped, plan.missed, plan.expected)
 
-    def _fire_prepared(self, tid: str, entry: _Prepared, now: float, plan: _Plan) -> None:
+    def _fire_prepared(self, tid: str, entry: PreparedHead, now: float, plan: _Plan) -> None:
         if not runs_alone(entry.slot, now, policy=entry.policy, grace=entry.grace):
             plan.missed += 1
             t = self.store.find(tid)
@@ -814,19 +710,16 @@ class Recurring:
         put a third live instance in the series; the trigger asks again later.
         """
         store = self.store
-        entries: list[tuple[str, _Prepared]] = []
+        entries: list[tuple[str, PreparedHead]] = []
         successors: list[Task] = []
         deferred: list[str] = []
         taken: set[str] = set()
-        table, heads, early = self._prepared, self._prepared_head, self._early
+        prepared = self._prepared
         for tid in ids:
-            if tid in table:
+            if tid in prepared:
                 continue
             sid = schedule_of(tid)
-            # a prepared head of the series that has not fired yet (the maps are updated
-            # lazily: an entry whose head fired, and left the table, no longer counts)
-            before = early.get(tid)
-            if sid in taken or heads.get(sid) in table or (before is not None and before in table):
+            if sid in taken or prepared.waits(tid, sid):
                 deferred.append(tid)
                 continue
             # the series' live instances: the head among them, and whether any other is live
@@ -853,7 +746,7 @@ class Recurring:
             entries.append(
                 (
                     tid,
-                    _Prepared(
+                    PreparedHead(
                         schedule_id=sid,
                         slot=slot,
                         next_slot=next_slot,
@@ -867,26 +760,13 @@ class Recurring:
             )
             successors.append(successor)
             taken.add(sid)
-        with self._lock:
-            if len(early) > 2 * len(table) + 1_000:  # drop the entries of heads that fired
-                for gone in [follows for follows, head in early.items() if head not in table]:
-                    del early[gone]
-            for tid, entry in entries:
-                table[tid] = entry
-                heads[entry.schedule_id] = tid
-                early[entry.successor] = tid
+        prepared.keep(entries)
         return PreparePlan([tid for tid, _ in entries], successors, deferred)
 
     def forget(self, ids: Sequence[str]) -> None:
         """Drop what :meth:`prepare` decided for *ids* (unindexed, or their successors could
         not be stored): they fire through the full plan."""
-        with self._lock:
-            for tid in ids:
-                entry = self._prepared.pop(tid, None)
-                if entry is not None:
-                    if self._prepared_head.get(entry.schedule_id) == tid:
-                        del self._prepared_head[entry.schedule_id]
-                    self._early.pop(entry.successor, None)
+        self._prepared.forget(ids)
 
     def repair(self, tasks: Sequence[Task], now: float) -> list[Task]:
         """Successors for prepared heads that were replaced between their preparation and
@@ -927,12 +807,8 @@ class Recurring:
     def _forget_schedule(self, schedule_id: str) -> None:
         """The schedule was replaced, paused, resumed or deleted here: what was prepared or
         remembered for it no longer holds."""
+        self._prepared.forget_schedule(schedule_id)
         with self._lock:
-            head = self._prepared_head.pop(schedule_id, None)
-            if head is not None:
-                entry = self._prepared.pop(head, None)
-                if entry is not None:
-                    self._early.pop(entry.successor, None)
             self._covered.pop(schedule_id, None)
 
     def describe(self, ids: Sequence[str]) -> HerdSchedules:
@@ -1005,84 +881,6 @@ class Recurring:
         with self._lock:
             self._held.pop(schedule_id, None)
         return ok
-
-
-def describe_instances(
-    store: Store, ids: Sequence[str], *, limit: int = 10_000, rules: RuleCache | None = None
-) -> HerdSchedules:
-    """The schedules behind the instance *ids* of *store*: instances per rule description and a
-    few schedule ids. Beyond *limit* ids an even sample is examined and counts are scaled."""
-    total = len(ids)
-    step = max(1, math.ceil(total / limit))
-    sample = ids[::step]
-    by_schedule: Counter[str] = Counter(schedule_of(tid) for tid in sample)
-    by_rule: Counter[str] = Counter()
-    described: dict[tuple[tuple[str, Any], ...], str] = {}
-    for sid, n in by_schedule.items():
-        rec = store.get_schedule(sid)
-        if rec is None:
-            by_rule["(schedule deleted)"] += n
-            continue
-        key = tuple(rec.rule.items())
-        text = described.get(key)
-        if text is None:
-            try:
-                rule = rule_from_spec(rec.rule) if rules is None else rules.from_spec(rec.rule)
-                text = rule.describe()
-            except InvalidScheduleError:  # a rule this version cannot read
-                text = f"rule {dict(rec.rule)!r}"
-            described[key] = text
-        by_rule[text] += n
-    scale = total / len(sample) if sample else 0.0
-    return HerdSchedules(
-        rules=tuple((text, round(n * scale)) for text, n in by_rule.most_common()),
-        schedules=tuple(sorted(by_schedule)[:5]),
-        examined=len(sample),
-        total=total,
-    )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoredHerd:
-    """A herd as a store shows it (see :func:`stored_herd`): the schedules behind its PENDING
-    instances, its one-shot tasks, and how many of the schedules checked (``checked``) already
-    have their next instance stored behind the herd's (``prewarmed``): a running scheduler
-    pre-warmed them."""
-
-    schedules: HerdSchedules
-    one_shot: int
-    checked: int
-    prewarmed: int
-
-
-def stored_herd(
-    store: Store, start: float, end: float, *, before: int, limit: int = 10_000
-) -> StoredHerd:
-    """What is behind the PENDING tasks of *store* due in ``[start, end)``, read from the store
-    alone (``timewheel inspect``). *before* is about how many PENDING tasks are due before
-    *start* (they are read past); at most *limit* of the herd's rows are read, and the
-    pre-warming check looks at up to 200 of its schedules."""
-    rows = store.due_before(end, limit=before + limit)
-    herd = [(tid, sid) for tid, due, sid in rows if due >= start]
-    instances = [tid for tid, sid in herd if sid is not None]
-    described = describe_instances(store, instances, limit=limit)
-    sids = sorted({schedule_of(tid) for tid in instances})
-    checked = sids[:: max(1, math.ceil(len(sids) / 200))]
-    prewarmed = 0
-    for sid in checked:
-        fresh = [
-            t
-            for t in store.tasks(state=_P, schedule_id=sid)
-            if t.attempts == 0 and not t.extra.get("catchup")
-        ]
-        if len(fresh) >= 2 and fresh[0].due < end <= fresh[1].due:
-            prewarmed += 1
-    return StoredHerd(
-        schedules=described,
-        one_shot=len(herd) - len(instances),
-        checked=len(checked),
-        prewarmed=prewarmed,
-    )
 
 
 def _same_definition(a: ScheduleRecord, b: ScheduleRecord) -> bool:

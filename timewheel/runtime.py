@@ -23,9 +23,10 @@ from typing import Any, Protocol
 from timewheel.clock import Clock, to_datetime
 from timewheel.errors import JobTimeoutError, SchedulerStateError, VersionConflictError
 from timewheel.events import TERMINAL_EVENT, EventHub
+from timewheel.herds import HerdReport
 from timewheel.jobs import Job
 from timewheel.ready import ReadyQueue
-from timewheel.recurring import HerdReport, Recurring
+from timewheel.recurring import Recurring
 from timewheel.refs import Allowlist, permit_imports
 from timewheel.retention import Retention
 from timewheel.stores.base import (

@@ -28,12 +28,9 @@ from timewheel.dispatch import (
     Rebuildable,
     ThreadPoolDispatcher,
 )
-from timewheel.errors import (
-    InheritedAcrossForkError,
-    InvalidScheduleError,
-    SchedulerStateError,
-)
+from timewheel.errors import InheritedAcrossForkError, InvalidScheduleError, SchedulerStateError
 from timewheel.events import EVENTS, Event
+from timewheel.herds import HerdReport
 from timewheel.jobs import Job, Step, TaskFunction, step
 from timewheel.loop import TriggerLoop
 from timewheel.options import (
@@ -46,7 +43,7 @@ from timewheel.options import (
     unknown_options,
 )
 from timewheel.ready import ReadyQueue
-from timewheel.recurring import HerdReport, Registry, Schedule, interval_of
+from timewheel.recurring import Registry, Schedule, interval_of
 from timewheel.refs import Allowlist
 from timewheel.retention import KeepFinished, keep_finished_seconds
 from timewheel.rules import resolve_zone

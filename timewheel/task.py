@@ -38,6 +38,9 @@ __all__ = [
     "TaskState",
     "check_transition",
     "dependency_effect",
+    "instance_id",
+    "schedule_of",
+    "slot_of",
 ]
 
 EMPTY_KWARGS: Mapping[str, Any] = MappingProxyType({})
@@ -515,3 +518,18 @@ class ScheduleRecord:
     def evolve(self, **changes: Any) -> ScheduleRecord:
         """A copy with *changes* applied."""
         return replace(self, **changes)
+
+
+def instance_id(schedule_id: str, slot: float) -> str:
+    """The deterministic id of a schedule's instance for *slot*."""
+    return f"{schedule_id}@{round(slot * 1_000_000)}"
+
+
+def slot_of(task_id: str) -> float:
+    """The slot (epoch seconds) encoded in an instance id."""
+    return int(task_id.rsplit("@", 1)[1]) / 1_000_000
+
+
+def schedule_of(task_id: str) -> str:
+    """The schedule id encoded in an instance id."""
+    return task_id.rsplit("@", 1)[0]
