@@ -103,6 +103,33 @@ def check_inspection(store: Store) -> None:
     assert ids_of(failures) == ["f"], f"recent_failures lists the failed task ({failures})"
     assert failures[0].error == "boom"
     assert store.unresolvable() == {}, "every function of the suite resolves"
+    ended = store.ended_since(T0, limit=10)
+    assert ended == [(S.FAILED, T0 - 100, T0 + 1)], f"ended_since lists the failure ({ended})"
+    assert store.ended_since(T0 + 2, limit=10) == [], "nothing ended after T0 + 1"
+    make_running(store, "r")
+    store.finish("r", owner="w1", state=S.SUCCEEDED, now=T0 + 3)
+    ended = store.ended_since(T0, limit=10)
+    want_ended = [(S.SUCCEEDED, T0 - 40, T0 + 3), (S.FAILED, T0 - 100, T0 + 1)]
+    assert ended == want_ended, f"ended_since lists the latest first ({ended})"
+    assert store.ended_since(T0, limit=1) == want_ended[:1], "ended_since keeps to its limit"
+    # downstream tasks: waiting ones, and ones whose upstream had ended before they were inserted
+    store.insert(new_task("d2", after=("soon", "later"), when="all_done"))
+    store.insert(new_task("d1", after=("soon",)))
+    store.insert(new_task("d3", after=("f",)))
+    store.insert(new_task("soon2", due=T0 + 40))
+    store.insert(new_task("d4", after=("soon2",)))
+    down = store.dependents("soon", limit=10)
+    assert ids_of(down) == ["d1", "d2"], f"dependents lists the tasks after 'soon' ({down})"
+    assert ids_of(store.dependents("soon", limit=1)) == ["d1"], "dependents keeps to its limit"
+    assert ids_of(store.dependents("later", limit=10)) == ["d2"]
+    assert ids_of(store.dependents("f", limit=10)) == ["d3"], "an edge settled at insert counts"
+    assert store.dependents("r", limit=10) == [], "nothing waits on 'r'"
+    make_running(store, "soon")
+    store.finish("soon", owner="w1", state=S.SUCCEEDED, now=T0 + 31)
+    down = store.dependents("soon", limit=10)
+    assert ids_of(down) == ["d1", "d2"], f"dependents outlive the upstream's end ({down})"
+    store.delete("d1")
+    assert ids_of(store.dependents("soon", limit=10)) == ["d2"], "a deleted dependent is gone"
     expect(
         InvalidScheduleError,
         lambda: store.due_histogram(T0, horizon=60, bucket=0),

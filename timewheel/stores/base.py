@@ -278,6 +278,23 @@ class SupportsInspection(Protocol):
         """Function references this process cannot resolve -> READY tasks waiting on each."""
         ...
 
+    def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
+        """``(state, due, ended)`` of up to *limit* tasks that reached a terminal state at or
+        after *since*, the latest first (``ended`` is the task's ``updated``).
+
+        Served by an index on the end time: the cost grows with the tasks returned, not with
+        the tasks kept (throughput and lateness over the last hour).
+        """
+        ...
+
+    def dependents(self, task_id: str, *, limit: int) -> list[Task]:
+        """Up to *limit* tasks that name *task_id* in their ``after``, in any state, by id.
+
+        Reads only the tasks that have upstream tasks (never every task): a task's page lists
+        what waits, or waited, on it.
+        """
+        ...
+
 
 @runtime_checkable
 class SupportsMaintenance(Protocol):

@@ -48,6 +48,8 @@ class MemoryStore(Store):
         self._lite = CompactRecords()  # fresh PENDING tasks with default options
         self._by_state: dict[TaskState, dict[str, None]] = {s: {} for s in TaskState}
         self._dependents: dict[str, list[str]] = {}
+        # upstream id -> ids of the tasks naming it in ``after``, kept after it settled them
+        self._downstream: dict[str, dict[str, None]] = {}
         self._schedules: dict[str, ScheduleRecord] = {}
         # schedule id -> ids of its instances that are not terminal (the busy/head queries)
         self._active_by_schedule: dict[str, dict[str, None]] = {}
@@ -128,6 +130,11 @@ class MemoryStore(Store):
             lst = self._dependents.get(up_id)
             if lst and old.id in lst:
                 lst.remove(old.id)
+            down = self._downstream.get(up_id)
+            if down is not None:
+                down.pop(old.id, None)
+                if not down:
+                    del self._downstream[up_id]
 
     # -- tasks ------------------------------------------------------------------------------------
     def insert(self, task: Task, *, on_conflict: OnConflict = "error") -> Changed:
@@ -152,6 +159,8 @@ class MemoryStore(Store):
             self._put(old, new)
             for up_id in count.waits_on:
                 self._dependents.setdefault(up_id, []).append(new.id)
+            for up_id in new.after:
+                self._downstream.setdefault(up_id, {})[new.id] = None
             deps = self._settle(new, new.updated) if new.state in TERMINAL_STATES else ()
             return Changed(new, deps)
 
@@ -442,6 +451,7 @@ class MemoryStore(Store):
                     active.pop(task_id, None)
             self._detach_dependent(t)
         self._dependents.pop(task_id, None)
+        self._downstream.pop(task_id, None)
         return True
 
     def prune(
@@ -543,6 +553,28 @@ class MemoryStore(Store):
             out = [self._tasks[i] for s in policy.REPORTED_FAILURES for i in self._by_state[s]]
         out.sort(key=lambda t: t.updated, reverse=True)
         return out[: max(limit, 0)]
+
+    def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
+        """``(state, due, ended)`` of up to *limit* tasks that ended at or after *since*, the
+        latest first. Each terminal state is read backwards in the order tasks entered it, and
+        no further than its first task that ended before *since*."""
+        out: list[tuple[TaskState, float, float]] = []
+        with self._lock:
+            for s in policy.ENDED_STATES:
+                for n, i in enumerate(reversed(self._by_state[s])):
+                    t = self._tasks[i]
+                    if t.updated < since or n >= limit:
+                        break
+                    out.append((s, t.due, t.updated))
+        out.sort(key=lambda r: r[2], reverse=True)
+        return out[: max(limit, 0)]
+
+    def dependents(self, task_id: str, *, limit: int) -> list[Task]:
+        """Up to *limit* tasks naming *task_id* in their ``after``, by id (an index kept per
+        upstream task)."""
+        with self._lock:
+            ids = sorted(self._downstream.get(task_id, ()))[: max(limit, 0)]
+            return [self._tasks[i] for i in ids if i in self._tasks]
 
     def unresolvable(self) -> dict[str, int]:
         """Always ``{}``: this store keeps function objects, so there is no reference to resolve.

@@ -51,6 +51,8 @@ __all__ = [
     "SCHEDULE_GONE",
     "ClaimableRefs",
     "DependencyCount",
+    "ENDED_SQL",
+    "ENDED_STATES",
     "as_inserted",
     "check_on_conflict",
     "check_schedule",
@@ -62,6 +64,7 @@ __all__ = [
     "dependencies_in_batch",
     "duplicate_in_batch",
     "duplicate_task",
+    "ended_rows",
     "existing_in_batch",
     "histogram",
     "histogram_buckets",
@@ -86,6 +89,11 @@ SCHEDULE_GONE = "its schedule was replaced or deleted"
 """The ``error`` of an instance cancelled because its schedule was replaced or deleted."""
 REPORTED_FAILURES = (TaskState.FAILED, TaskState.TIMED_OUT, TaskState.UPSTREAM_FAILED)
 """The states ``recent_failures`` reports."""
+ENDED_STATES: tuple[TaskState, ...] = tuple(sorted(TERMINAL_STATES, key=lambda s: s.value))
+"""The terminal states in a fixed order (the states ``ended_since`` reads)."""
+ENDED_SQL = "state IN (" + ", ".join(f"'{s.value}'" for s in ENDED_STATES) + ")"
+"""The SQL condition on ``state`` of the SQL stores' index of ended tasks, and of the query that
+uses it, written once so the two match exactly (a partial index serves only its own condition)."""
 
 
 # -- inserts ---------------------------------------------------------------------------------------
@@ -361,6 +369,13 @@ def histogram_buckets(horizon: float, bucket: float) -> int:
     validate.seconds(horizon, "horizon", above=0, timedelta_ok=False)
     validate.seconds(bucket, "bucket", above=0, timedelta_ok=False)
     return math.ceil(horizon / bucket)
+
+
+def ended_rows(
+    rows: Iterable[tuple[str, float, float]],
+) -> list[tuple[TaskState, float, float]]:
+    """``ended_since``'s answer from ``(state value, due, ended)`` rows."""
+    return [(TaskState(s), due, ended) for s, due, ended in rows]
 
 
 def histogram(now: float, bucket: float, counts: Iterable[int]) -> list[tuple[float, int]]:

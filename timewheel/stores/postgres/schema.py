@@ -22,7 +22,7 @@ from timewheel.errors import SchemaVersionError, StoreError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this code writes."""
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -78,6 +78,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             updated  BIGINT NOT NULL
         )""",
     ),
+    # 1 -> 2: the dashboard's tasks that have upstream tasks (tasks_state serves end times)
+    ("CREATE INDEX tasks_with_upstream ON tasks (id) WHERE after IS NOT NULL",),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

@@ -27,7 +27,7 @@ from timewheel.stores import policy
 from timewheel.stores.base import Changed, OnConflict, Store
 from timewheel.stores.postgres import schema
 from timewheel.stores.postgres.connections import Conn, Connections
-from timewheel.stores.sqlite.codec import SCHEDULES, TASKS, Row, from_us, to_us
+from timewheel.stores.sqlite.codec import SCHEDULES, TASKS, Row, from_us, to_us, upstream_entry
 from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, check_transition
 
 __all__ = ["PostgresStore"]
@@ -730,6 +730,26 @@ class PostgresStore(Store):
             (sts, max(limit, 0)),
         )
         return [TASKS.decode(r) for r in rows]
+
+    def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
+        """``(state, due, ended)`` of up to *limit* tasks that ended at or after *since*, the
+        latest first (along the index of tasks by state and end time)."""
+        rows = self._read(
+            f"SELECT state, due, updated FROM tasks WHERE {policy.ENDED_SQL} AND updated >= %s "
+            "ORDER BY updated DESC, id LIMIT %s",
+            (to_us(since), max(limit, 0)),
+        )
+        return policy.ended_rows((s, from_us(d), from_us(u)) for s, d, u in rows)
+
+    def dependents(self, task_id: str, *, limit: int) -> list[Task]:
+        """Up to *limit* tasks naming *task_id* in their ``after``, by id (reads only the
+        tasks that have upstream tasks)."""
+        rows = self._read(
+            _SEL + " WHERE after IS NOT NULL AND strpos(after, %s) > 0 ORDER BY id",
+            (upstream_entry(task_id),),
+        )
+        found = (TASKS.decode(r) for r in rows)
+        return [t for t in found if task_id in t.after][: max(limit, 0)]
 
     # -- lifecycle --------------------------------------------------------------------------------
     @classmethod

@@ -38,6 +38,7 @@ __all__ = [
     "RowCodec",
     "from_us",
     "to_us",
+    "upstream_entry",
     "to_us_optional",
 ]
 
@@ -147,6 +148,12 @@ def _enc_after(v: Sequence[str]) -> str | None:
 
 def _dec_after(s: str | None) -> tuple[str, ...]:
     return () if s is None else tuple(json.loads(s))
+
+
+def upstream_entry(task_id: str) -> str:
+    """How *task_id* appears inside a stored ``after`` column (a JSON string): a substring
+    search for it finds every task naming it, and a few whose ids merely contain it."""
+    return _dumps(task_id)
 
 
 def _enc_timeout(v: float | None) -> float | None:
