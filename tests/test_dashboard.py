@@ -22,6 +22,7 @@ from timewheel.cli import main
 from timewheel.dashboard import create_app
 from timewheel.dashboard.actions import cancel_task, retry_now, set_paused
 from timewheel.errors import InvalidTransitionError, StoreError
+from timewheel.jobs import TRACEBACK_KEY
 from timewheel.rules import IntervalRule
 from timewheel.stores import SQLiteStore
 from timewheel.task import ScheduleRecord, Task, TaskState
@@ -310,3 +311,113 @@ def test_schedule_last_run_and_its_outcome(client: TestClient, store: SQLiteStor
     page = client.get("/task/every5%401")
     assert page.status_code == 200
     assert cell(page.text, "state") == "succeeded"
+
+
+def _ran(store: SQLiteStore, task_id: str, due: float, ended: float, state: TaskState) -> None:
+    """Insert *task_id* due at *due* and run it to *state* at *ended*."""
+    store.insert(Task(id=task_id, func=FUNC, due=due, created=due))
+    store.promote([task_id], due)
+    assert store.claim(task_id, expected_version=1, owner="w", lease_expires=ended, now=due)
+    store.finish(task_id, owner="w", state=state, now=ended)
+
+
+def test_overview_shows_the_last_hour(client: TestClient, store: SQLiteStore) -> None:
+    _ran(store, "s1", NOW - 300, NOW - 200, TaskState.SUCCEEDED)  # 100 s from due to end
+    _ran(store, "s2", NOW - 130, NOW - 120, TaskState.SUCCEEDED)  # 10 s
+    _ran(store, "old", NOW - 9000, NOW - 7200, TaskState.SUCCEEDED)  # before the hour
+    r = client.get("/")
+    assert cell(r.text, "succeeded-hour") == "2"
+    assert cell(r.text, "failures-hour") == "1"  # f1, 40 s from due to end
+    assert cell(r.text, "throughput") == "0.1"  # 3 runs in 60 minutes
+    assert cell(r.text, "late-p50") == "40.000 s"
+    assert cell(r.text, "late-max") == "100.000 s"
+    assert 'id="chart-throughput"' in r.text
+    assert "/static/uPlot.iife.min.js" in r.text
+
+
+def test_the_failures_page_shows_the_traceback(client: TestClient, store: SQLiteStore) -> None:
+    text = 'Traceback (most recent call last):\n  File "job.py", line 3\nRuntimeError: <boom>\n'
+    store.insert(Task(id="f2", func=FUNC, due=NOW - 50, created=NOW - 50))
+    store.promote(["f2"], NOW - 50)
+    assert store.claim("f2", expected_version=1, owner="w", lease_expires=NOW, now=NOW - 50)
+    store.finish(
+        "f2",
+        owner="w",
+        state=TaskState.FAILED,
+        now=NOW - 40,
+        error="RuntimeError: <boom>",
+        extra={TRACEBACK_KEY: text},
+    )
+    page = client.get("/failures").text
+    assert "<summary>3 lines</summary>" in page
+    assert "File &#34;job.py&#34;, line 3" in page
+    assert "RuntimeError: &lt;boom&gt;" in page  # escaped
+    task = client.get("/task/f2").text
+    assert "Traceback (most recent call last)" in task
+    # f1 failed without one (the store kept none): a dash, no empty block
+    assert client.get("/task/f1").text.count('id="traceback"') == 0
+    # the retried copy starts without the old traceback
+    client.post("/task/f2/retry", data={"token": TOKEN})
+    assert TRACEBACK_KEY not in store.get("f2~retry1").extra
+
+
+def test_a_task_page_lists_upstream_and_downstream(client: TestClient, store: SQLiteStore) -> None:
+    store.insert(Task(id="d1", func=FUNC, due=NOW, created=NOW, after=("p0", "p1")))
+    store.insert(Task(id="d2", func=FUNC, due=NOW, created=NOW, after=("f1",)))  # starts terminal
+    page = client.get("/task/p0").text
+    assert '<a href="/task/d1">d1</a> pending (all_success)' in page
+    page = client.get("/task/f1").text
+    assert '<a href="/task/d2">d2</a> upstream_failed' in page
+    page = client.get("/task/d1").text
+    assert '<a href="/task/p0">p0</a> pending' in page
+    assert '<a href="/task/p1">p1</a> pending' in page
+    assert cell(client.get("/task/p2").text, "downstream") == "-"
+
+
+def test_run_now_inserts_an_extra_run(client: TestClient, store: SQLiteStore) -> None:
+    assert "Run now" in client.get("/schedules").text
+    for body, headers in (({}, {}), ({"token": TOKEN}, {"Origin": "https://evil.example"})):
+        r = client.post("/schedule/every5/run", data=body, headers=headers)
+        assert r.status_code == 403
+    assert store.tasks(schedule_id="every5") == [store.get("every5@1")]
+    r = client.post("/schedule/every5/run", data={"token": TOKEN}, follow_redirects=False)
+    assert r.status_code == 303
+    run_id = f"every5@{round(NOW * 1_000_000)}"
+    assert r.headers["location"] == f"/task/every5%40{round(NOW * 1_000_000)}"
+    run = store.get(run_id)
+    assert run.state is TaskState.PENDING
+    assert run.due == NOW
+    assert run.args == ("s",)
+    assert run.extra["catchup"] is True
+    assert store.get("every5@1").state is TaskState.PENDING  # the series keeps its next run
+    page = client.get(r.headers["location"])
+    assert cell(page.text, "state") == "pending"
+    # a paused schedule's runs are skipped: run now is refused, with the reason
+    client.post("/schedule/every5/pause", data={"token": TOKEN})
+    r = client.post("/schedule/every5/run", data={"token": TOKEN})
+    assert r.status_code == 409
+    assert "paused" in r.text
+    assert client.post("/schedule/nope/run", data={"token": TOKEN}).status_code == 404
+
+
+def test_run_now_is_refused_read_only(store: SQLiteStore) -> None:
+    app = create_app(store, token=TOKEN, read_only=True, clock=FakeClock(NOW))
+    with TestClient(app) as c:
+        assert "Run now" not in c.get("/schedules").text
+        assert c.post("/schedule/every5/run", data={"token": TOKEN}).status_code == 403
+    assert len(store.tasks(schedule_id="every5")) == 1
+
+
+def test_a_herd_is_named_by_its_schedules(client: TestClient, store: SQLiteStore) -> None:
+    slot = NOW + 1830
+    for i in range(120):
+        sid = f"nightly-{i:03}"
+        store.put_schedule(
+            ScheduleRecord(id=sid, func=FUNC, rule=IntervalRule(86400).to_spec(), created=NOW),
+            first=Task(id=f"{sid}@1", func=FUNC, due=slot, schedule_id=sid, created=NOW),
+        )
+    page = client.get("/load").text
+    assert 'id="herd-minute"' in page
+    assert "120 tasks due in the bucket" in page
+    assert "<li>120 instances of every 86400s (unanchored)</li>" in page
+    assert "nightly-000, nightly-001" in page

@@ -45,14 +45,14 @@ log = logging.getLogger("timewheel.stores")
 
 __all__ = [
     "CANCELLABLE_STATES",
+    "ENDED_SQL",
+    "ENDED_STATES",
     "MANAGED_TASK_FIELDS",
     "ON_CONFLICT_VALUES",
     "REPORTED_FAILURES",
     "SCHEDULE_GONE",
     "ClaimableRefs",
     "DependencyCount",
-    "ENDED_SQL",
-    "ENDED_STATES",
     "as_inserted",
     "check_on_conflict",
     "check_schedule",

@@ -38,8 +38,8 @@ __all__ = [
     "RowCodec",
     "from_us",
     "to_us",
-    "upstream_entry",
     "to_us_optional",
+    "upstream_entry",
 ]
 
 Row = tuple[Any, ...]
