@@ -23,7 +23,7 @@ from timewheel.dashboard import create_app
 from timewheel.dashboard.actions import cancel_task, retry_now, set_paused
 from timewheel.errors import InvalidTransitionError, StoreError
 from timewheel.jobs import TRACEBACK_KEY
-from timewheel.rules import IntervalRule
+from timewheel.rules import CronRule, IntervalRule
 from timewheel.stores import SQLiteStore
 from timewheel.task import ScheduleRecord, Task, TaskState
 from timewheel.testing import FakeClock
@@ -51,6 +51,56 @@ def fill(store: SQLiteStore) -> None:
         ScheduleRecord(id="every5", func=FUNC, args=("s",), rule=rule.to_spec(), created=NOW),
         first=Task(id="every5@1", func=FUNC, due=NOW + 300, schedule_id="every5", created=NOW),
     )
+
+
+HERD_AT = NOW + 1830  # the minute a herd is due in fill_more
+
+
+def fill_more(store: SQLiteStore) -> None:
+    """:func:`fill`, then what the other pages show: two runs that succeeded in the last hour,
+    a failure with its traceback, a task waiting on two others, and a herd of 100 one-shot
+    tasks and three cron schedules due in the same minute."""
+    fill(store)
+    ran(store, "s1", NOW - 300, NOW - 200, TaskState.SUCCEEDED)
+    ran(store, "s2", NOW - 130, NOW - 120, TaskState.SUCCEEDED)
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/srv/app/jobs.py", line 12, in send_report\n'
+        "    raise ConnectionError(host)\n"
+        "ConnectionError: smtp.example.com\n"
+    )
+    ran(
+        store,
+        "f2",
+        NOW - 50,
+        NOW - 40,
+        TaskState.FAILED,
+        error="ConnectionError: smtp.example.com",
+        extra={TRACEBACK_KEY: tb},
+    )
+    store.insert(Task(id="d1", func=FUNC, due=NOW, created=NOW, after=("p0", "p1")))
+    store.insert_many(
+        [Task(id=f"bulk-{i:03}", func=FUNC, due=HERD_AT, created=NOW) for i in range(100)]
+    )
+    for sid, expr, zone in (
+        ("report-eu", "30 1 * * *", "Europe/Paris"),
+        ("report-us", "30 1 * * *", "America/New_York"),
+        ("report-jp", "30 1 * * *", "Asia/Tokyo"),
+    ):
+        store.put_schedule(
+            ScheduleRecord(id=sid, func=FUNC, rule=CronRule(expr, zone).to_spec(), created=NOW),
+            first=Task(id=f"{sid}@1", func=FUNC, due=HERD_AT, schedule_id=sid, created=NOW),
+        )
+
+
+def ran(
+    store: SQLiteStore, task_id: str, due: float, ended: float, state: TaskState, **changes: Any
+) -> None:
+    """Insert *task_id* due at *due* and run it to *state* at *ended*."""
+    store.insert(Task(id=task_id, func=FUNC, due=due, created=due))
+    store.promote([task_id], due)
+    assert store.claim(task_id, expected_version=1, owner="w", lease_expires=ended, now=due)
+    store.finish(task_id, owner="w", state=state, now=ended, **changes)
 
 
 @pytest.fixture
@@ -313,18 +363,10 @@ def test_schedule_last_run_and_its_outcome(client: TestClient, store: SQLiteStor
     assert cell(page.text, "state") == "succeeded"
 
 
-def _ran(store: SQLiteStore, task_id: str, due: float, ended: float, state: TaskState) -> None:
-    """Insert *task_id* due at *due* and run it to *state* at *ended*."""
-    store.insert(Task(id=task_id, func=FUNC, due=due, created=due))
-    store.promote([task_id], due)
-    assert store.claim(task_id, expected_version=1, owner="w", lease_expires=ended, now=due)
-    store.finish(task_id, owner="w", state=state, now=ended)
-
-
 def test_overview_shows_the_last_hour(client: TestClient, store: SQLiteStore) -> None:
-    _ran(store, "s1", NOW - 300, NOW - 200, TaskState.SUCCEEDED)  # 100 s from due to end
-    _ran(store, "s2", NOW - 130, NOW - 120, TaskState.SUCCEEDED)  # 10 s
-    _ran(store, "old", NOW - 9000, NOW - 7200, TaskState.SUCCEEDED)  # before the hour
+    ran(store, "s1", NOW - 300, NOW - 200, TaskState.SUCCEEDED)  # 100 s from due to end
+    ran(store, "s2", NOW - 130, NOW - 120, TaskState.SUCCEEDED)  # 10 s
+    ran(store, "old", NOW - 9000, NOW - 7200, TaskState.SUCCEEDED)  # before the hour
     r = client.get("/")
     assert cell(r.text, "succeeded-hour") == "2"
     assert cell(r.text, "failures-hour") == "1"  # f1, 40 s from due to end
@@ -421,3 +463,21 @@ def test_a_herd_is_named_by_its_schedules(client: TestClient, store: SQLiteStore
     assert "120 tasks due in the bucket" in page
     assert "<li>120 instances of every 86400s (unanchored)</li>" in page
     assert "nightly-000, nightly-001" in page
+
+
+def test_the_richer_store_pages(store: SQLiteStore, tmp_path: Path) -> None:
+    rich = SQLiteStore(str(tmp_path / "rich.db"))
+    fill_more(rich)
+    app = create_app(rich, token=TOKEN, clock=FakeClock(NOW))
+    with TestClient(app) as c:
+        load = c.get("/load").text
+        assert "103 tasks due in the bucket" in load
+        assert "<li>1 instance of cron &#39;30 1 * * *&#39; in Europe/Paris" in load
+        assert "report-eu, report-jp, report-us" in load
+        assert "100 one-shot tasks." in load
+        schedules = c.get("/schedules").text
+        assert "Europe/Paris" in schedules
+        assert "+01:00 / " in schedules  # Paris in winter, then UTC
+        page = c.get("/task/p0").text
+        assert '<a href="/task/d1">d1</a> pending (all_success)' in page
+    rich.close()
