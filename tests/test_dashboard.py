@@ -481,3 +481,18 @@ def test_the_richer_store_pages(store: SQLiteStore, tmp_path: Path) -> None:
         page = c.get("/task/p0").text
         assert '<a href="/task/d1">d1</a> pending (all_success)' in page
     rich.close()
+
+
+def test_last_run_of_a_schedule_with_a_long_history(client: TestClient, store: SQLiteStore) -> None:
+    # more finished instances than a page would read in due order: the latest end is shown
+    for i in range(250):
+        due = NOW - 86400 + i * 300
+        state = TaskState.FAILED if i == 249 else TaskState.SUCCEEDED
+        store.insert(Task(id=f"every5@h{i}", func=FUNC, due=due, schedule_id="every5", created=due))
+        store.promote([f"every5@h{i}"], due)
+        assert store.claim(
+            f"every5@h{i}", expected_version=1, owner="w", lease_expires=due + 9, now=due
+        )
+        store.finish(f"every5@h{i}", owner="w", state=state, now=due + 1, error="x")
+    page = client.get("/schedules").text
+    assert re.search(r'href="/task/every5%40h249">[^<]+</a> failed', page), page

@@ -80,5 +80,6 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     schedules.check_schedule_conflict,
     schedules.check_update_schedule,
     schedules.check_delete_schedule,
+    schedules.check_last_ended,
 )
 """Every check, in the order ``check_store`` runs them."""

@@ -32,7 +32,7 @@ from timewheel.jobs import task_traceback
 from timewheel.report import activity_report, herd_behind, load_report
 from timewheel.rules import rule_from_spec
 from timewheel.stores.base import Store, SupportsInspection
-from timewheel.task import TERMINAL_STATES, Task, TaskState
+from timewheel.task import Task, TaskState
 
 __all__ = ["TOKEN_HEADER", "build"]
 
@@ -45,7 +45,6 @@ _FAILURES = 50  # failures listed on the failures page
 _SEARCH_SCAN = 10_000  # tasks examined when searching by function
 _READY_SAMPLE = 10_000  # READY tasks grouped by queue on the overview
 _NEXT_FIRES = 3  # upcoming fire times shown per schedule
-_HISTORY = 200  # finished instances examined for a schedule's last run
 _DOWNSTREAM = 100  # downstream tasks listed on a task's page
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -200,6 +199,7 @@ class _Dashboard:
 
     async def schedules(self, request: Request) -> Response:
         now = self.clock.time()
+        inspect = self.inspection()
         rows = []
         for rec in self.store.list_schedules():
             zone_name = str(rec.rule.get("tz") or rec.rule.get("timezone") or "UTC")
@@ -220,10 +220,7 @@ class _Dashboard:
                     fires.append((_iso(t, zone), _iso(t)))
             except Exception:  # a rule this version cannot read: shown as stored
                 pass
-            done = self.store.tasks(state=TERMINAL_STATES, schedule_id=rec.id, limit=_HISTORY)
-            # tasks() lists earliest due first: past the limit the latest run may be missing
-            known = len(done) < _HISTORY
-            last = max(done, key=lambda t: t.updated, default=None) if known else None
+            last = inspect.last_ended(rec.id) if inspect is not None else None
             rows.append(
                 {
                     "id": rec.id,
@@ -232,7 +229,7 @@ class _Dashboard:
                     "paused": rec.paused,
                     "fires": fires,
                     "last": last,
-                    "last_known": known,
+                    "last_known": inspect is not None,
                 }
             )
         return self.render(request, "schedules.html", schedules=rows)

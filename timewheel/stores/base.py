@@ -287,6 +287,13 @@ class SupportsInspection(Protocol):
         """
         ...
 
+    def last_ended(self, schedule_id: str) -> Task | None:
+        """The instance of schedule *schedule_id* that ended last (any terminal state), or None.
+
+        Reads the schedule's own instances only (a schedule's last run and its outcome).
+        """
+        ...
+
     def dependents(self, task_id: str, *, limit: int) -> list[Task]:
         """Up to *limit* tasks that name *task_id* in their ``after``, in any state, by id.
 

@@ -53,6 +53,8 @@ class MemoryStore(Store):
         self._schedules: dict[str, ScheduleRecord] = {}
         # schedule id -> ids of its instances that are not terminal (the busy/head queries)
         self._active_by_schedule: dict[str, dict[str, None]] = {}
+        # schedule id -> its instance that ended last (a hint: checked, rebuilt when pruned)
+        self._last_ended: dict[str, str] = {}
         self._closed = False
 
     # -- internals -----------------------------------------------------------------------------
@@ -64,6 +66,7 @@ class MemoryStore(Store):
         sid = new.schedule_id
         if sid is not None:
             if new.state in TERMINAL_STATES:
+                self._last_ended[sid] = new.id
                 active = self._active_by_schedule.get(sid)
                 if active is not None:
                     active.pop(new.id, None)
@@ -449,6 +452,8 @@ class MemoryStore(Store):
                 active = self._active_by_schedule.get(t.schedule_id)
                 if active is not None:
                     active.pop(task_id, None)
+                if self._last_ended.get(t.schedule_id) == task_id:
+                    del self._last_ended[t.schedule_id]
             self._detach_dependent(t)
         self._dependents.pop(task_id, None)
         self._downstream.pop(task_id, None)
@@ -568,6 +573,26 @@ class MemoryStore(Store):
                     out.append((s, t.due, t.updated))
         out.sort(key=lambda r: r[2], reverse=True)
         return out[: max(limit, 0)]
+
+    def last_ended(self, schedule_id: str) -> Task | None:
+        """The instance of *schedule_id* that ended last, or None (kept as each one ends; a
+        pruned one is looked for again among the ended tasks)."""
+        with self._lock:
+            t = self._tasks.get(self._last_ended.get(schedule_id, ""))
+            if t is not None and t.state in TERMINAL_STATES:
+                return t
+            found = [
+                self._tasks[i]
+                for s in policy.ENDED_STATES
+                for i in self._by_state[s]
+                if self._tasks[i].schedule_id == schedule_id
+            ]
+            if not found:
+                self._last_ended.pop(schedule_id, None)
+                return None
+            t = max(found, key=lambda x: x.updated)
+            self._last_ended[schedule_id] = t.id
+            return t
 
     def dependents(self, task_id: str, *, limit: int) -> list[Task]:
         """Up to *limit* tasks naming *task_id* in their ``after``, by id (an index kept per

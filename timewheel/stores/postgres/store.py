@@ -741,6 +741,15 @@ class PostgresStore(Store):
         )
         return policy.ended_rows((s, from_us(d), from_us(u)) for s, d, u in rows)
 
+    def last_ended(self, schedule_id: str) -> Task | None:
+        """The instance of *schedule_id* that ended last, or None (along the schedule index)."""
+        rows = self._read(
+            f"{_SEL} WHERE schedule_id = %s AND {policy.ENDED_SQL} "
+            "ORDER BY updated DESC, id DESC LIMIT 1",
+            (schedule_id,),
+        )
+        return TASKS.decode(rows[0]) if rows else None
+
     def dependents(self, task_id: str, *, limit: int) -> list[Task]:
         """Up to *limit* tasks naming *task_id* in their ``after``, by id (reads only the
         tasks that have upstream tasks)."""
