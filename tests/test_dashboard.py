@@ -496,3 +496,20 @@ def test_last_run_of_a_schedule_with_a_long_history(client: TestClient, store: S
         store.finish(f"every5@h{i}", owner="w", state=state, now=due + 1, error="x")
     page = client.get("/schedules").text
     assert re.search(r'href="/task/every5%40h249">[^<]+</a> failed', page), page
+
+
+def test_failures_page_cancels_a_retry(client: TestClient, store: SQLiteStore) -> None:
+    assert "No task waits for a retry." in client.get("/failures").text
+    store.promote(["p0"], NOW + 30)
+    assert store.claim("p0", expected_version=1, owner="w", lease_expires=NOW + 60, now=NOW + 30)
+    store.finish(
+        "p0", owner="w", state=TaskState.PENDING, now=NOW + 31, due=NOW + 90, error="OSError: x"
+    )
+    page = client.get("/failures").text
+    assert 'id="retrying"' in page
+    assert "OSError: x" in page
+    assert '/task/p0/cancel"' in page
+    r = client.post("/task/p0/cancel", data={"token": TOKEN})
+    assert cell(r.text, "state") == "cancelled"
+    assert store.get("p0").state is TaskState.CANCELLED
+    assert "No task waits for a retry." in client.get("/failures").text

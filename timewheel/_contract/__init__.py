@@ -65,6 +65,7 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     tasks.check_prune_bounded,
     tasks.check_compact_insert,
     tasks.check_inspection,
+    tasks.check_retrying,
     dependencies.check_dep_unknown_upstream,
     dependencies.check_dep_unmet_at_insert,
     dependencies.check_dep_all_success,

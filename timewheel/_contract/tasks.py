@@ -605,3 +605,23 @@ def check_prune_bounded(store: Store) -> None:
     assert store.prune(before=T0 + 50, limit=0) == 0, "limit=0 deletes nothing"
     assert store.prune(before=T0 + 50, keep=("t0",)) == 1, "keep= applies without a limit too"
     assert store.find("t0") is not None
+
+
+def check_retrying(store: Store) -> None:
+    """A store that offers inspection lists the PENDING tasks that ran before, soonest first."""
+    if not isinstance(store, SupportsInspection):
+        return
+    store.insert_many([new_task("a", due=T0 - 9), new_task("b", due=T0 - 8), new_task("c")])
+    assert store.retrying(10) == [], "nothing ran yet"
+    for task_id, again in (("a", T0 + 50), ("b", T0 + 20)):
+        make_running(store, task_id)
+        store.finish(task_id, owner="w1", state=S.PENDING, now=T0 + 1, due=again, error="boom")
+    waiting = store.retrying(10)
+    assert ids_of(waiting) == ["b", "a"], f"retrying lists both, soonest due first ({waiting})"
+    assert (waiting[0].error, waiting[0].attempts) == ("boom", 1), f"as stored ({waiting[0]!r})"
+    assert ids_of(store.retrying(1)) == ["b"], "retrying keeps to its limit"
+    make_ready(store, "b", now=T0 + 20)
+    assert ids_of(store.retrying(10)) == ["a"], "a promoted retry has left the list"
+    a = store.get("a")
+    store.transition("a", expected_version=a.version, state=S.CANCELLED, now=T0 + 2)
+    assert store.retrying(10) == [], "a cancelled retry has left the list"

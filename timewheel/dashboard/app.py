@@ -195,7 +195,15 @@ class _Dashboard:
         inspect = self.inspection()
         tasks = inspect.recent_failures(_FAILURES) if inspect is not None else None
         rows = [(t, task_traceback(t)) for t in tasks] if tasks is not None else None
-        return self.render(request, "failures.html", rows=rows, retryable=actions.RETRYABLE)
+        retrying = inspect.retrying(_FAILURES) if inspect is not None else None
+        return self.render(
+            request,
+            "failures.html",
+            rows=rows,
+            retrying=retrying,
+            retrying_capped=retrying is not None and len(retrying) >= _FAILURES,
+            retryable=actions.RETRYABLE,
+        )
 
     async def schedules(self, request: Request) -> Response:
         now = self.clock.time()

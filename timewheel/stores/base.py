@@ -287,6 +287,12 @@ class SupportsInspection(Protocol):
         """
         ...
 
+    def retrying(self, limit: int) -> list[Task]:
+        """Up to *limit* PENDING tasks that ran before (``attempts > 0``): a failed attempt
+        waiting for its retry, or a run whose lease expired, the soonest due first. Served by an
+        index of those tasks alone."""
+        ...
+
     def last_ended(self, schedule_id: str) -> Task | None:
         """The instance of schedule *schedule_id* that ended last (any terminal state), or None.
 

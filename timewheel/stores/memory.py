@@ -53,6 +53,8 @@ class MemoryStore(Store):
         self._schedules: dict[str, ScheduleRecord] = {}
         # schedule id -> ids of its instances that are not terminal (the busy/head queries)
         self._active_by_schedule: dict[str, dict[str, None]] = {}
+        # PENDING tasks with attempts > 0 (retrying): the ids, in no order
+        self._retrying: dict[str, None] = {}
         # schedule id -> its instance that ended last (a hint: checked, rebuilt when pruned)
         self._last_ended: dict[str, str] = {}
         self._closed = False
@@ -61,6 +63,10 @@ class MemoryStore(Store):
     def _put(self, old: Task | None, new: Task) -> None:
         if old is not None and old.state is not new.state:
             del self._by_state[old.state][old.id]
+        if new.attempts and new.state is _P:
+            self._retrying[new.id] = None
+        elif old is not None and old.attempts and old.state is _P:
+            self._retrying.pop(old.id, None)
         self._by_state[new.state][new.id] = None
         self._tasks[new.id] = new
         sid = new.schedule_id
@@ -448,6 +454,7 @@ class MemoryStore(Store):
                 return False
         else:
             del self._by_state[t.state][task_id]
+            self._retrying.pop(task_id, None)
             if t.schedule_id is not None:
                 active = self._active_by_schedule.get(t.schedule_id)
                 if active is not None:
@@ -573,6 +580,13 @@ class MemoryStore(Store):
                     out.append((s, t.due, t.updated))
         out.sort(key=lambda r: r[2], reverse=True)
         return out[: max(limit, 0)]
+
+    def retrying(self, limit: int) -> list[Task]:
+        """Up to *limit* PENDING tasks with ``attempts > 0``, the soonest due first (kept as a
+        set of ids as tasks enter and leave that condition)."""
+        with self._lock:
+            found = [self._tasks[i] for i in self._retrying]
+        return heapq.nsmallest(max(limit, 0), found, key=lambda t: (t.due, t.id))
 
     def last_ended(self, schedule_id: str) -> Task | None:
         """The instance of *schedule_id* that ended last, or None (kept as each one ends; a

@@ -50,6 +50,7 @@ __all__ = [
     "MANAGED_TASK_FIELDS",
     "ON_CONFLICT_VALUES",
     "REPORTED_FAILURES",
+    "RETRYING_SQL",
     "SCHEDULE_GONE",
     "ClaimableRefs",
     "DependencyCount",
@@ -94,6 +95,8 @@ ENDED_STATES: tuple[TaskState, ...] = tuple(sorted(TERMINAL_STATES, key=lambda s
 ENDED_SQL = "state IN (" + ", ".join(f"'{s.value}'" for s in ENDED_STATES) + ")"
 """The SQL condition on ``state`` of the SQL stores' index of ended tasks, and of the query that
 uses it, written once so the two match exactly (a partial index serves only its own condition)."""
+RETRYING_SQL = "state = 'pending' AND attempts > 0"
+"""The SQL condition of the SQL stores' index of tasks waiting to run again, and of its query."""
 
 
 # -- inserts ---------------------------------------------------------------------------------------

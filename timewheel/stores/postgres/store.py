@@ -741,6 +741,15 @@ class PostgresStore(Store):
         )
         return policy.ended_rows((s, from_us(d), from_us(u)) for s, d, u in rows)
 
+    def retrying(self, limit: int) -> list[Task]:
+        """Up to *limit* PENDING tasks with ``attempts > 0``, the soonest due first (along
+        their own index)."""
+        rows = self._read(
+            f"{_SEL} WHERE {policy.RETRYING_SQL} ORDER BY due, id LIMIT %s",
+            (max(limit, 0),),
+        )
+        return [TASKS.decode(r) for r in rows]
+
     def last_ended(self, schedule_id: str) -> Task | None:
         """The instance of *schedule_id* that ended last, or None (along the schedule index)."""
         rows = self._read(

@@ -20,7 +20,7 @@ import sqlite3
 import stat
 
 from timewheel.errors import SchemaVersionError, StoreCorruptError, StoreError
-from timewheel.stores.policy import ENDED_SQL
+from timewheel.stores.policy import ENDED_SQL, RETRYING_SQL
 from timewheel.stores.sqlite.connections import (
     Durability,
     Mode,
@@ -107,10 +107,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             updated  INTEGER NOT NULL
         )""",
     ),
-    # 1 -> 2: the dashboard's reads: tasks by end time, tasks that have upstream tasks
+    # 1 -> 2: the dashboard's reads: tasks by end time, tasks that have upstream tasks, tasks
+    # waiting to run again
     (
         f"CREATE INDEX tasks_ended ON tasks(updated) WHERE {ENDED_SQL}",
         "CREATE INDEX tasks_with_upstream ON tasks(id) WHERE after IS NOT NULL",
+        f"CREATE INDEX tasks_retrying ON tasks(due, id) WHERE {RETRYING_SQL}",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
