@@ -15,10 +15,10 @@ from timewheel.stores.policy import histogram_buckets
 from timewheel.task import TaskState
 
 __all__ = [
-    "ACTIVITY_LIMIT",
     "HERD_EXAMINED",
     "HERD_FACTOR",
     "HERD_MIN",
+    "LATENESS_SAMPLE",
     "activity_report",
     "herd_behind",
     "load_report",
@@ -31,8 +31,9 @@ HERD_FACTOR = 10.0
 """... and this many times the average bucket is a thundering herd."""
 HERD_EXAMINED = 10_000
 """At most this many of a herd's instances are read to name the schedules behind it."""
-ACTIVITY_LIMIT = 100_000
-"""At most this many ended tasks are read for :func:`activity_report`."""
+LATENESS_SAMPLE = 10_000
+""":func:`activity_report` takes lateness percentiles over at most this many of the latest ended
+tasks (the counts cover every task)."""
 
 _RAN = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.TIMED_OUT})
 _FAILED = frozenset({TaskState.FAILED, TaskState.TIMED_OUT, TaskState.UPSTREAM_FAILED})
@@ -51,49 +52,43 @@ def activity_report(
     *,
     window: float = 3600.0,
     bucket: float = 60.0,
-    limit: int = ACTIVITY_LIMIT,
+    sample: int = LATENESS_SAMPLE,
 ) -> dict[str, Any]:
-    """What ended in ``[now - window, now)``, from ``ended_since``: ``buckets`` (``[start,
-    succeeded, failed]`` per *bucket* seconds, failed counting FAILED, TIMED_OUT and
-    UPSTREAM_FAILED), ``by_state`` (state value -> count), ``succeeded``, ``failed``,
-    ``per_minute`` (tasks that ran to an end, per minute), ``late`` (``p50``, ``p90``, ``p99``,
-    ``max`` of end minus due, seconds, of the runs that ended: lateness plus run time) and
-    ``capped`` (more than *limit* tasks ended: the figures cover the latest *limit*)."""
-    n = histogram_buckets(window, bucket)
+    """What ended in ``[now - window, now)``: ``buckets`` (``[start, succeeded, failed]`` per
+    *bucket* seconds, failed counting FAILED, TIMED_OUT and UPSTREAM_FAILED), ``by_state``
+    (state value -> count), ``succeeded``, ``failed``, ``per_minute`` (runs that ended, per
+    minute), all counted by the store (``ended_histogram``); and ``late``: ``p50``, ``p90``,
+    ``p99`` and ``max`` of end minus due, in seconds (lateness plus run time), over the latest
+    *sample* tasks that ended (``ended_since``), with ``count`` runs among them and ``sampled``
+    when more ended in the window."""
     since = now - window
-    rows = inspect.ended_since(since, limit=limit)
-    ok, bad = [0] * n, [0] * n
+    ok: list[int] = []
+    bad: list[int] = []
     by_state: dict[str, int] = {}
-    late: list[float] = []
-    for state, due, ended in rows:
-        if ended >= now:
-            continue
-        b = min(n - 1, int((ended - since) // bucket))
-        by_state[state.value] = by_state.get(state.value, 0) + 1
-        if state is TaskState.SUCCEEDED:
-            ok[b] += 1
-        elif state in _FAILED:
-            bad[b] += 1
-        if state in _RAN:
-            late.append(max(0.0, ended - due))
-    late.sort()
-    ran = len(late)
+    for _, counts in inspect.ended_histogram(since, horizon=window, bucket=bucket):
+        ok.append(counts.get(TaskState.SUCCEEDED, 0))
+        bad.append(sum(n for s, n in counts.items() if s in _FAILED))
+        for s, n in counts.items():
+            by_state[s.value] = by_state.get(s.value, 0) + n
+    rows = inspect.ended_since(since, limit=sample)
+    late = sorted(max(0.0, ended - due) for state, due, ended in rows if state in _RAN)
+    ran = sum(n for s, n in by_state.items() if TaskState(s) in _RAN)
     return {
         "window": window,
         "bucket": bucket,
-        "buckets": [[since + i * bucket, ok[i], bad[i]] for i in range(n)],
+        "buckets": [[since + i * bucket, ok[i], bad[i]] for i in range(len(ok))],
         "by_state": by_state,
         "succeeded": sum(ok),
         "failed": sum(bad),
         "per_minute": ran / (window / 60.0),
         "late": {
-            "count": ran,
+            "count": len(late),
+            "sampled": len(rows) >= sample,
             "p50": percentile(late, 0.5),
             "p90": percentile(late, 0.9),
             "p99": percentile(late, 0.99),
             "max": late[-1] if late else None,
         },
-        "capped": len(rows) >= limit,
     }
 
 

@@ -112,6 +112,15 @@ def check_inspection(store: Store) -> None:
     want_ended = [(S.SUCCEEDED, T0 - 40, T0 + 3), (S.FAILED, T0 - 100, T0 + 1)]
     assert ended == want_ended, f"ended_since lists the latest first ({ended})"
     assert store.ended_since(T0, limit=1) == want_ended[:1], "ended_since keeps to its limit"
+    hist = store.ended_histogram(T0, horizon=4, bucket=2)
+    want_hist = [(T0, {S.FAILED: 1}), (T0 + 2, {S.SUCCEEDED: 1})]
+    assert hist == want_hist, f"ended_histogram counts ends per bucket and state ({hist})"
+    assert store.ended_histogram(T0 - 60, horizon=60, bucket=30) == [(T0 - 60, {}), (T0 - 30, {})]
+    expect(
+        InvalidScheduleError,
+        lambda: store.ended_histogram(T0, horizon=60, bucket=-1),
+        "an ended_histogram with buckets of -1 s",
+    )
     # downstream tasks: waiting ones, and ones whose upstream had ended before they were inserted
     store.insert(new_task("d2", after=("soon", "later"), when="all_done"))
     store.insert(new_task("d1", after=("soon",)))

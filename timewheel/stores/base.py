@@ -278,6 +278,18 @@ class SupportsInspection(Protocol):
         """Function references this process cannot resolve -> READY tasks waiting on each."""
         ...
 
+    def ended_histogram(
+        self, since: float, *, horizon: float = 3600.0, bucket: float = 60.0
+    ) -> list[tuple[float, dict[TaskState, int]]]:
+        """What ended in ``[since, since + horizon)``: ``(bucket_start, {state: n})`` per
+        *bucket* seconds, aligned on *since*, empty buckets included (``{}``), counted by the
+        store along an index of end times.
+
+        Raises:
+            InvalidScheduleError: *bucket* or *horizon* is not a positive number of seconds.
+        """
+        ...
+
     def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
         """``(state, due, ended)`` of up to *limit* tasks that reached a terminal state at or
         after *since*, the latest first (``ended`` is the task's ``updated``).

@@ -566,6 +566,24 @@ class MemoryStore(Store):
         out.sort(key=lambda t: t.updated, reverse=True)
         return out[: max(limit, 0)]
 
+    def ended_histogram(
+        self, since: float, *, horizon: float = 3600.0, bucket: float = 60.0
+    ) -> list[tuple[float, dict[TaskState, int]]]:
+        """What ended in ``[since, since + horizon)`` per *bucket*; each terminal state is read
+        backwards in the order tasks entered it, no further than *since*."""
+        n = policy.histogram_buckets(horizon, bucket)
+        rows: list[tuple[int, str, int]] = []
+        end = since + horizon
+        with self._lock:
+            for s in policy.ENDED_STATES:
+                for i in reversed(self._by_state[s]):
+                    u = self._tasks[i].updated
+                    if u < since:
+                        break
+                    if u < end:
+                        rows.append((int((u - since) // bucket), s.value, 1))
+        return policy.ended_histogram(since, bucket, n, rows)
+
     def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
         """``(state, due, ended)`` of up to *limit* tasks that ended at or after *since*, the
         latest first. Each terminal state is read backwards in the order tasks entered it, and

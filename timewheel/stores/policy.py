@@ -65,6 +65,7 @@ __all__ = [
     "dependencies_in_batch",
     "duplicate_in_batch",
     "duplicate_task",
+    "ended_histogram",
     "ended_rows",
     "existing_in_batch",
     "histogram",
@@ -374,11 +375,25 @@ def histogram_buckets(horizon: float, bucket: float) -> int:
     return math.ceil(horizon / bucket)
 
 
-def ended_rows(
-    rows: Iterable[tuple[str, float, float]],
-) -> list[tuple[TaskState, float, float]]:
-    """``ended_since``'s answer from ``(state value, due, ended)`` rows."""
-    return [(TaskState(s), due, ended) for s, due, ended in rows]
+_BY_VALUE = {s.value: s for s in TaskState}
+
+
+def ended_rows(rows: Iterable[tuple[str, int, int]]) -> list[tuple[TaskState, float, float]]:
+    """``ended_since``'s answer from ``(state value, due, ended)`` rows (microseconds)."""
+    by_value = _BY_VALUE
+    return [(by_value[s], due / 1e6, ended / 1e6) for s, due, ended in rows]
+
+
+def ended_histogram(
+    since: float, bucket: float, n: int, rows: Iterable[tuple[int, str, int]]
+) -> list[tuple[float, dict[TaskState, int]]]:
+    """``ended_histogram``'s answer from ``(bucket index, state value, count)`` rows."""
+    counts: list[dict[TaskState, int]] = [{} for _ in range(n)]
+    for b, s, k in rows:
+        if 0 <= b < n:
+            state = _BY_VALUE[s]
+            counts[b][state] = counts[b].get(state, 0) + k
+    return [(since + i * bucket, c) for i, c in enumerate(counts)]
 
 
 def histogram(now: float, bucket: float, counts: Iterable[int]) -> list[tuple[float, int]]:

@@ -731,15 +731,29 @@ class PostgresStore(Store):
         )
         return [TASKS.decode(r) for r in rows]
 
+    def ended_histogram(
+        self, since: float, *, horizon: float = 3600.0, bucket: float = 60.0
+    ) -> list[tuple[float, dict[TaskState, int]]]:
+        """What ended in ``[since, since + horizon)`` per *bucket*, counted along the index of
+        ended tasks by end time."""
+        n = policy.histogram_buckets(horizon, bucket)
+        start, width = to_us(since), to_us(bucket)
+        rows = self._read(
+            f"SELECT (updated - %s) / %s, state, count(*) FROM tasks WHERE "
+            f"{policy.ENDED_SQL} AND updated >= %s AND updated < %s GROUP BY 1, 2",
+            (start, width, start, start + to_us(horizon)),
+        )
+        return policy.ended_histogram(since, bucket, n, rows)
+
     def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
         """``(state, due, ended)`` of up to *limit* tasks that ended at or after *since*, the
-        latest first (along the index of tasks by state and end time)."""
+        latest first (along the index of ended tasks by end time)."""
         rows = self._read(
-            f"SELECT state, due, updated FROM tasks WHERE {policy.ENDED_SQL} AND updated >= %s "
-            "ORDER BY updated DESC, id LIMIT %s",
+            f"SELECT state, due, updated FROM tasks WHERE {policy.ENDED_SQL} "
+            f"AND updated >= %s ORDER BY updated DESC, id LIMIT %s",
             (to_us(since), max(limit, 0)),
         )
-        return policy.ended_rows((s, from_us(d), from_us(u)) for s, d, u in rows)
+        return policy.ended_rows(rows)
 
     def retrying(self, limit: int) -> list[Task]:
         """Up to *limit* PENDING tasks with ``attempts > 0``, the soonest due first (along

@@ -749,15 +749,29 @@ class SQLiteStore(Store):
         )
         return [TASKS.decode(r) for r in rows]
 
+    def ended_histogram(
+        self, since: float, *, horizon: float = 3600.0, bucket: float = 60.0
+    ) -> list[tuple[float, dict[TaskState, int]]]:
+        """What ended in ``[since, since + horizon)`` per *bucket*, counted along the index of
+        ended tasks by end time."""
+        n = policy.histogram_buckets(horizon, bucket)
+        start, width = to_us(since), to_us(bucket)
+        rows = self._read(
+            f"SELECT (updated - ?) / ?, state, count(*) FROM tasks INDEXED BY tasks_ended WHERE "
+            f"{policy.ENDED_SQL} AND updated >= ? AND updated < ? GROUP BY 1, 2",
+            (start, width, start, start + to_us(horizon)),
+        )
+        return policy.ended_histogram(since, bucket, n, rows)
+
     def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
         """``(state, due, ended)`` of up to *limit* tasks that ended at or after *since*, the
         latest first (along the index of ended tasks by end time)."""
         rows = self._read(
-            f"SELECT state, due, updated FROM tasks INDEXED BY tasks_ended WHERE "
-            f"{policy.ENDED_SQL} AND updated >= ? ORDER BY updated DESC LIMIT ?",
+            f"SELECT state, due, updated FROM tasks INDEXED BY tasks_ended WHERE {policy.ENDED_SQL} "
+            f"AND updated >= ? ORDER BY updated DESC LIMIT ?",
             (to_us(since), max(limit, 0)),
         )
-        return policy.ended_rows((s, from_us(d), from_us(u)) for s, d, u in rows)
+        return policy.ended_rows(rows)
 
     def retrying(self, limit: int) -> list[Task]:
         """Up to *limit* PENDING tasks with ``attempts > 0``, the soonest due first (along
