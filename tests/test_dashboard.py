@@ -290,12 +290,16 @@ class _Vanishing:
 def test_a_store_that_goes_away_is_a_clear_error_page(store: SQLiteStore) -> None:
     app = create_app(_Vanishing(store), token=TOKEN, clock=FakeClock(NOW))
     with TestClient(app, raise_server_exceptions=False) as c:
-        for path in ("/", "/failures", "/schedules", "/task/f1", "/search?q=x"):
+        for path in ("/", "/load", "/failures", "/schedules", "/task/f1", "/search?q=x"):
             r = c.get(path)
             assert r.status_code == 503, path
             assert "Store unavailable" in r.text
             assert "Traceback" not in r.text
             assert 'File "' not in r.text
+        for path in ("/task/f1/retry", "/schedule/every5/run", "/schedule/every5/pause"):
+            r = c.post(path, data={"token": TOKEN})
+            assert r.status_code == 503, path
+            assert "Store unavailable" in r.text
 
 
 def test_a_closed_store_is_a_clear_error_page(tmp_path: Path) -> None:
