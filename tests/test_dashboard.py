@@ -58,8 +58,8 @@ HERD_AT = NOW + 1830  # the minute a herd is due in fill_more
 
 def fill_more(store: SQLiteStore) -> None:
     """:func:`fill`, then what the other pages show: two runs that succeeded in the last hour,
-    a failure with its traceback, a task waiting on two others, and a herd of 100 one-shot
-    tasks and three cron schedules due in the same minute."""
+    a failure with its traceback, a failed attempt waiting for its retry, a task waiting on two
+    others, and a herd of 100 one-shot tasks and three cron schedules due in the same minute."""
     fill(store)
     ran(store, "s1", NOW - 300, NOW - 200, TaskState.SUCCEEDED)
     ran(store, "s2", NOW - 130, NOW - 120, TaskState.SUCCEEDED)
@@ -78,6 +78,8 @@ def fill_more(store: SQLiteStore) -> None:
         error="ConnectionError: smtp.example.com",
         extra={TRACEBACK_KEY: tb},
     )
+    # a failed attempt waiting for its retry at NOW + 90
+    ran(store, "r2", NOW - 25, NOW - 20, TaskState.PENDING, due=NOW + 90, error="TimeoutError: api")
     store.insert(Task(id="d1", func=FUNC, due=NOW, created=NOW, after=("p0", "p1")))
     store.insert_many(
         [Task(id=f"bulk-{i:03}", func=FUNC, due=HERD_AT, created=NOW) for i in range(100)]
@@ -94,12 +96,12 @@ def fill_more(store: SQLiteStore) -> None:
 
 
 def ran(
-    store: SQLiteStore, task_id: str, due: float, ended: float, state: TaskState, **changes: Any
+    store: SQLiteStore, task_id: str, at: float, ended: float, state: TaskState, **changes: Any
 ) -> None:
-    """Insert *task_id* due at *due* and run it to *state* at *ended*."""
-    store.insert(Task(id=task_id, func=FUNC, due=due, created=due))
-    store.promote([task_id], due)
-    assert store.claim(task_id, expected_version=1, owner="w", lease_expires=ended, now=due)
+    """Insert *task_id* due *at*, run it then, and finish it in *state* at *ended*."""
+    store.insert(Task(id=task_id, func=FUNC, due=at, created=at))
+    store.promote([task_id], at)
+    assert store.claim(task_id, expected_version=1, owner="w", lease_expires=ended, now=at)
     store.finish(task_id, owner="w", state=state, now=ended, **changes)
 
 

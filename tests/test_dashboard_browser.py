@@ -109,7 +109,7 @@ def test_dashboard_in_a_browser(served: tuple[str, SQLiteStore], browser: Any) -
 
     browser.get(url + "/")
     assert text("count-failed") == "2"
-    assert text("count-pending") == "108"  # 3 + every5 + d1 + 100 bulk + 3 reports
+    assert text("count-pending") == "109"  # 3 + every5 + r2 + d1 + 100 bulk + 3 reports
     assert text("count-ready") == "1"
     assert text("count-succeeded") == "2"
     # the last hour: two successes and two failures, from due to end 10, 10, 20 and 100 s
@@ -136,6 +136,7 @@ def test_dashboard_in_a_browser(served: tuple[str, SQLiteStore], browser: Any) -
     shown = browser.find_element(By.CSS_SELECTOR, "#failures .traceback pre")
     assert "ConnectionError: smtp.example.com" in shown.text
     assert 'File "/srv/app/jobs.py", line 12' in shown.text
+    assert "TimeoutError: api" in text("retrying")
     _shot(browser, "failures")
     rows[1].find_element(By.XPATH, ".//button[text()='Retry now']").click()
     after_click("/task/f2~retry1")
