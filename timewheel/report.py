@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from timewheel.stores.base import Store, SupportsInspection
-from timewheel.stores.policy import histogram_buckets
 from timewheel.task import TaskState
 
 __all__ = [
