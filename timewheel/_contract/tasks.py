@@ -112,9 +112,9 @@ def check_inspection(store: Store) -> None:
     want_ended = [(S.SUCCEEDED, T0 - 40, T0 + 3), (S.FAILED, T0 - 100, T0 + 1)]
     assert ended == want_ended, f"ended_since lists the latest first ({ended})"
     assert store.ended_since(T0, limit=1) == want_ended[:1], "ended_since keeps to its limit"
-    hist = store.ended_histogram(T0, horizon=4, bucket=2)
+    ends = store.ended_histogram(T0, horizon=4, bucket=2)
     want_hist = [(T0, {S.FAILED: 1}), (T0 + 2, {S.SUCCEEDED: 1})]
-    assert hist == want_hist, f"ended_histogram counts ends per bucket and state ({hist})"
+    assert ends == want_hist, f"ended_histogram counts ends per bucket and state ({ends})"
     assert store.ended_histogram(T0 - 60, horizon=60, bucket=30) == [(T0 - 60, {}), (T0 - 30, {})]
     expect(
         InvalidScheduleError,
