@@ -23,6 +23,7 @@ from timewheel.dashboard import create_app
 from timewheel.dashboard.actions import cancel_task, retry_now, set_paused
 from timewheel.errors import InvalidTransitionError, StoreError
 from timewheel.jobs import TRACEBACK_KEY
+from timewheel.report import herd_behind, load_report
 from timewheel.rules import CronRule, IntervalRule
 from timewheel.stores import SQLiteStore
 from timewheel.task import ScheduleRecord, Task, TaskState
@@ -519,3 +520,16 @@ def test_failures_page_cancels_a_retry(client: TestClient, store: SQLiteStore) -
     assert cell(r.text, "state") == "cancelled"
     assert store.get("p0").state is TaskState.CANCELLED
     assert "No task waits for a retry." in client.get("/failures").text
+
+
+def test_a_herd_behind_too_many_tasks_is_not_examined(tmp_path: Path) -> None:
+    rich = SQLiteStore(str(tmp_path / "rich.db"))
+    fill_more(rich)
+    load = load_report(rich, NOW, horizon=3600.0, bucket=60.0)
+    assert load["herd"] is not None
+    assert herd_behind(rich, load, overdue=0, read_limit=10) == {
+        "not_examined": 1_005
+    }  # 5 due before it, and a margin
+    named = herd_behind(rich, load, overdue=0, read_limit=2_000)
+    assert named["schedules"] == ["report-eu", "report-jp", "report-us"]
+    rich.close()

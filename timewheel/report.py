@@ -113,17 +113,22 @@ def load_report(
     }
 
 
-def herd_behind(store: Store, load: dict[str, Any], *, overdue: int) -> dict[str, Any]:
+def herd_behind(
+    store: Store, load: dict[str, Any], *, overdue: int, read_limit: int | None = None
+) -> dict[str, Any]:
     """The schedules behind the herd of *load* (a :func:`load_report` with a ``herd``) and
     whether a scheduler pre-warmed it: ``rules`` (``[description, instances]``, most first),
     ``schedules`` (a few ids), ``instances``, ``instances_examined``, ``one_shot``,
     ``prewarm_checked``, ``prewarmed``. *overdue* is about how many PENDING tasks are due
     before *load*'s start (they are read past); at most :data:`HERD_EXAMINED` of the herd's
-    rows are read."""
+    rows are read. With *read_limit*, a herd behind more PENDING tasks than that is not
+    examined: the answer is ``{"not_examined": <tasks due before it>}``."""
     from timewheel.herds import stored_herd
 
     start, width = load["herd"]["start"], load["bucket"]
     before = overdue + sum(n for s, n in load["buckets"] if s < start) + 1_000
+    if read_limit is not None and before > read_limit:
+        return {"not_examined": before}
     seen = stored_herd(store, start, start + width, before=before, limit=HERD_EXAMINED)
     who = seen.schedules
     return {

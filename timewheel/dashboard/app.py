@@ -46,6 +46,7 @@ _SEARCH_SCAN = 10_000  # tasks examined when searching by function
 _READY_SAMPLE = 10_000  # READY tasks grouped by queue on the overview
 _NEXT_FIRES = 3  # upcoming fire times shown per schedule
 _DOWNSTREAM = 100  # downstream tasks listed on a task's page
+_HERD_READ = 100_000  # PENDING tasks read at most to name the schedules behind a herd
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -188,7 +189,8 @@ class _Dashboard:
             hour = load_report(inspect, now, horizon=86400.0, bucket=3600.0)
             for report in (minute, hour):
                 if report["herd"] is not None:
-                    report["herd"].update(herd_behind(self.store, report, overdue=overdue))
+                    behind = herd_behind(self.store, report, overdue=overdue, read_limit=_HERD_READ)
+                    report["herd"].update(behind)
         return self.render(request, "load.html", now=now, minute=minute, day=hour)
 
     async def failures(self, request: Request) -> Response:
