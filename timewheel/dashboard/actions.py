@@ -1,8 +1,10 @@
 """The dashboard's writes, usable without a running scheduler and without a web framework.
 
 Each write is one atomic store operation: a compare-and-swap ``transition`` or
-``update_schedule`` (retried on a lost swap after reading again), or an ``insert`` that refuses
-an existing id. A running scheduler sees the result on its next look at the store.
+``update_schedule`` (retried on a lost swap after reading again), or an ``insert`` of a new task
+that never overwrites one (retry now refuses an existing id and takes the next; run now keeps
+the run already inserted for the same instant). A running scheduler sees the result on its next
+look at the store.
 """
 
 from __future__ import annotations
