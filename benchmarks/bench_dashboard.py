@@ -1,10 +1,12 @@
 """Server time of the dashboard's pages on a SQLite store of 1,000,000 PENDING tasks.
 
-Run: ``python benchmarks/bench_dashboard.py [--tasks N] [--path FILE]``
+Run: ``python benchmarks/bench_dashboard.py [--tasks N] [--ended N] [--path FILE]``
 
-The store is built once (tasks 0.1 s apart from a fixed instant, so every window the overview
-counts is full) and kept at ``--path`` for later runs; each page is requested once to warm up,
-then three times through Starlette's TestClient, and the best time is reported.
+The store is built once and kept at ``--path`` for later runs: *tasks* PENDING tasks 0.1 s apart
+from a fixed instant (so every window the overview counts is full), and *ended* tasks that ran
+to an end within the hour before it (one in ten failed, each 1 to 100 s late; the overview reads
+them all for its throughput and lateness). Each page is requested once to warm up, then three
+times through Starlette's TestClient, and the best time is reported.
 """
 
 from __future__ import annotations
@@ -17,16 +19,24 @@ from starlette.testclient import TestClient
 
 from timewheel.dashboard import create_app
 from timewheel.stores import SQLiteStore
-from timewheel.task import Task
+from timewheel.task import Task, TaskState
 from timewheel.testing import FakeClock
 
 NOW = 1_800_000_000.0
-PAGES = ("/", "/load", "/failures", "/schedules", "/metrics")
+PAGES = (
+    "/",
+    "/load",
+    "/failures",
+    "/schedules",
+    "/task/t500000",
+    "/search?q=bench:noop",
+    "/metrics",
+)
 
 
-def fill(path: str, n: int) -> float:
-    """Insert *n* PENDING tasks in batches; the seconds it took."""
-    store = SQLiteStore(path)
+def fill(path: str, n: int, ended: int) -> float:
+    """Insert *n* PENDING tasks in batches and run *ended* others to an end; the seconds."""
+    store = SQLiteStore(path, durability="fast")
     started = time.perf_counter()
     batch = 50_000
     for first in range(0, n, batch):
@@ -36,6 +46,22 @@ def fill(path: str, n: int) -> float:
                 for i in range(first, min(n, first + batch))
             ]
         )
+    step = 3600.0 / max(ended, 1)
+    for first in range(0, ended, 1_000):
+        ids = [f"e{i}" for i in range(first, min(ended, first + 1_000))]
+        end = [NOW - 3600 + step * (i + 1) for i in range(first, first + len(ids))]
+        store.insert_many(
+            [
+                Task(id=i, func="bench:noop", due=e - 1 - k % 100, created=e - 200)
+                for k, (i, e) in enumerate(zip(ids, end, strict=True))
+            ]
+        )
+        store.promote(ids, NOW)
+        for k, (i, e) in enumerate(zip(ids, end, strict=True)):
+            claimed = store.claim(i, expected_version=1, owner="w", lease_expires=e, now=e - 1)
+            assert claimed is not None
+            state = TaskState.FAILED if (first + k) % 10 == 0 else TaskState.SUCCEEDED
+            store.finish(i, owner="w", state=state, now=e, error="bench")
     store.close()
     return time.perf_counter() - started
 
@@ -44,10 +70,12 @@ def main() -> None:
     """Build the store if needed and print each page's best server time."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tasks", type=int, default=1_000_000)
+    parser.add_argument("--ended", type=int, default=100_000)
     parser.add_argument("--path", default="dashboard-bench.db")
     args = parser.parse_args()
     if not os.path.exists(args.path):
-        print(f"filled {args.tasks} tasks in {fill(args.path, args.tasks):.1f} s")
+        took = fill(args.path, args.tasks, args.ended)
+        print(f"filled {args.tasks} pending and {args.ended} ended tasks in {took:.1f} s")
     store = SQLiteStore(args.path)
     app = create_app(store, token="bench", clock=FakeClock(NOW))
     with TestClient(app) as client:
@@ -58,7 +86,7 @@ def main() -> None:
                 started = time.perf_counter()
                 client.get(page)
                 best = min(best, time.perf_counter() - started)
-            print(f"{page:12} {best * 1000:6.0f} ms")
+            print(f"{page:22} {best * 1000:6.0f} ms")
     store.close()
 
 

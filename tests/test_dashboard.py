@@ -22,7 +22,9 @@ from timewheel.cli import main
 from timewheel.dashboard import create_app
 from timewheel.dashboard.actions import cancel_task, retry_now, set_paused
 from timewheel.errors import InvalidTransitionError, StoreError
-from timewheel.rules import IntervalRule
+from timewheel.jobs import TRACEBACK_KEY
+from timewheel.report import herd_behind, load_report
+from timewheel.rules import CronRule, IntervalRule
 from timewheel.stores import SQLiteStore
 from timewheel.task import ScheduleRecord, Task, TaskState
 from timewheel.testing import FakeClock
@@ -50,6 +52,58 @@ def fill(store: SQLiteStore) -> None:
         ScheduleRecord(id="every5", func=FUNC, args=("s",), rule=rule.to_spec(), created=NOW),
         first=Task(id="every5@1", func=FUNC, due=NOW + 300, schedule_id="every5", created=NOW),
     )
+
+
+HERD_AT = NOW + 1830  # the minute a herd is due in fill_more
+
+
+def fill_more(store: SQLiteStore) -> None:
+    """:func:`fill`, then what the other pages show: two runs that succeeded in the last hour,
+    a failure with its traceback, a failed attempt waiting for its retry, a task waiting on two
+    others, and a herd of 100 one-shot tasks and three cron schedules due in the same minute."""
+    fill(store)
+    ran(store, "s1", NOW - 300, NOW - 200, TaskState.SUCCEEDED)
+    ran(store, "s2", NOW - 130, NOW - 120, TaskState.SUCCEEDED)
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/srv/app/jobs.py", line 12, in send_report\n'
+        "    raise ConnectionError(host)\n"
+        "ConnectionError: smtp.example.com\n"
+    )
+    ran(
+        store,
+        "f2",
+        NOW - 50,
+        NOW - 40,
+        TaskState.FAILED,
+        error="ConnectionError: smtp.example.com",
+        extra={TRACEBACK_KEY: tb},
+    )
+    # a failed attempt waiting for its retry at NOW + 90
+    ran(store, "r2", NOW - 25, NOW - 20, TaskState.PENDING, due=NOW + 90, error="TimeoutError: api")
+    store.insert(Task(id="d1", func=FUNC, due=NOW, created=NOW, after=("p0", "p1")))
+    store.insert_many(
+        [Task(id=f"bulk-{i:03}", func=FUNC, due=HERD_AT, created=NOW) for i in range(100)]
+    )
+    for sid, expr, zone in (
+        ("report-eu", "30 1 * * *", "Europe/Paris"),
+        ("report-us", "30 1 * * *", "America/New_York"),
+        ("report-jp", "30 1 * * *", "Asia/Tokyo"),
+    ):
+        store.put_schedule(
+            ScheduleRecord(id=sid, func=FUNC, rule=CronRule(expr, zone).to_spec(), created=NOW),
+            first=Task(id=f"{sid}@1", func=FUNC, due=HERD_AT, schedule_id=sid, created=NOW),
+        )
+
+
+def ran(
+    store: SQLiteStore, task_id: str, at: float, ended: float, state: TaskState, **changes: Any
+) -> None:
+    """Insert *task_id* due *at*, run it then, and finish it in *state* at *ended*."""
+    store.insert(Task(id=task_id, func=FUNC, due=at, created=at))
+    store.promote([task_id], at)
+    assert store.claim(task_id, expected_version=1, owner="w", lease_expires=ended, now=at)
+    store.finish(task_id, owner="w", state=state, now=ended, **changes)
 
 
 @pytest.fixture
@@ -92,10 +146,11 @@ def test_every_page_renders(client: TestClient) -> None:
         r = client.get(path)
         assert r.status_code == 200, path
         assert "Traceback" not in r.text
-    load = client.get("/load").text
-    assert "/static/uPlot.iife.min.js" in load
-    assert "http://" not in load
-    assert "https://" not in load
+    for path in ("/", "/load"):  # the pages with charts load the library from the package
+        page = client.get(path).text
+        assert "/static/uPlot.iife.min.js" in page
+        assert "http://" not in page
+        assert "https://" not in page
     failures = client.get("/failures").text
     assert "RuntimeError: boom" in failures
     assert ">f1<" in failures
@@ -239,12 +294,16 @@ class _Vanishing:
 def test_a_store_that_goes_away_is_a_clear_error_page(store: SQLiteStore) -> None:
     app = create_app(_Vanishing(store), token=TOKEN, clock=FakeClock(NOW))
     with TestClient(app, raise_server_exceptions=False) as c:
-        for path in ("/", "/failures", "/schedules", "/task/f1", "/search?q=x"):
+        for path in ("/", "/load", "/failures", "/schedules", "/task/f1", "/search?q=x"):
             r = c.get(path)
             assert r.status_code == 503, path
             assert "Store unavailable" in r.text
             assert "Traceback" not in r.text
             assert 'File "' not in r.text
+        for path in ("/task/f1/retry", "/schedule/every5/run", "/schedule/every5/pause"):
+            r = c.post(path, data={"token": TOKEN})
+            assert r.status_code == 503, path
+            assert "Store unavailable" in r.text
 
 
 def test_a_closed_store_is_a_clear_error_page(tmp_path: Path) -> None:
@@ -310,3 +369,168 @@ def test_schedule_last_run_and_its_outcome(client: TestClient, store: SQLiteStor
     page = client.get("/task/every5%401")
     assert page.status_code == 200
     assert cell(page.text, "state") == "succeeded"
+
+
+def test_overview_shows_the_last_hour(client: TestClient, store: SQLiteStore) -> None:
+    ran(store, "s1", NOW - 300, NOW - 200, TaskState.SUCCEEDED)  # 100 s from due to end
+    ran(store, "s2", NOW - 130, NOW - 120, TaskState.SUCCEEDED)  # 10 s
+    ran(store, "old", NOW - 9000, NOW - 7200, TaskState.SUCCEEDED)  # before the hour
+    r = client.get("/")
+    assert cell(r.text, "succeeded-hour") == "2"
+    assert cell(r.text, "failures-hour") == "1"  # f1, 40 s from due to end
+    assert cell(r.text, "throughput") == "0.1"  # 3 runs in 60 minutes
+    assert cell(r.text, "late-p50") == "40.000 s"
+    assert cell(r.text, "late-max") == "100.000 s"
+    assert 'id="chart-throughput"' in r.text
+    assert "/static/uPlot.iife.min.js" in r.text
+
+
+def test_the_failures_page_shows_the_traceback(client: TestClient, store: SQLiteStore) -> None:
+    text = 'Traceback (most recent call last):\n  File "job.py", line 3\nRuntimeError: <boom>\n'
+    store.insert(Task(id="f2", func=FUNC, due=NOW - 50, created=NOW - 50))
+    store.promote(["f2"], NOW - 50)
+    assert store.claim("f2", expected_version=1, owner="w", lease_expires=NOW, now=NOW - 50)
+    store.finish(
+        "f2",
+        owner="w",
+        state=TaskState.FAILED,
+        now=NOW - 40,
+        error="RuntimeError: <boom>",
+        extra={TRACEBACK_KEY: text},
+    )
+    page = client.get("/failures").text
+    assert "<summary>3 lines</summary>" in page
+    assert "File &#34;job.py&#34;, line 3" in page
+    assert "RuntimeError: &lt;boom&gt;" in page  # escaped
+    task = client.get("/task/f2").text
+    assert "Traceback (most recent call last)" in task
+    # f1 failed without one (the store kept none): a dash, no empty block
+    assert client.get("/task/f1").text.count('id="traceback"') == 0
+    # the retried copy starts without the old traceback
+    client.post("/task/f2/retry", data={"token": TOKEN})
+    assert TRACEBACK_KEY not in store.get("f2~retry1").extra
+
+
+def test_a_task_page_lists_upstream_and_downstream(client: TestClient, store: SQLiteStore) -> None:
+    store.insert(Task(id="d1", func=FUNC, due=NOW, created=NOW, after=("p0", "p1")))
+    store.insert(Task(id="d2", func=FUNC, due=NOW, created=NOW, after=("f1",)))  # starts terminal
+    page = client.get("/task/p0").text
+    assert '<a href="/task/d1">d1</a> pending (all_success)' in page
+    page = client.get("/task/f1").text
+    assert '<a href="/task/d2">d2</a> upstream_failed' in page
+    page = client.get("/task/d1").text
+    assert '<a href="/task/p0">p0</a> pending' in page
+    assert '<a href="/task/p1">p1</a> pending' in page
+    assert cell(client.get("/task/p2").text, "downstream") == "-"
+
+
+def test_run_now_inserts_an_extra_run(client: TestClient, store: SQLiteStore) -> None:
+    assert "Run now" in client.get("/schedules").text
+    for body, headers in (({}, {}), ({"token": TOKEN}, {"Origin": "https://evil.example"})):
+        r = client.post("/schedule/every5/run", data=body, headers=headers)
+        assert r.status_code == 403
+    assert store.tasks(schedule_id="every5") == [store.get("every5@1")]
+    r = client.post("/schedule/every5/run", data={"token": TOKEN}, follow_redirects=False)
+    assert r.status_code == 303
+    run_id = f"every5@{round(NOW * 1_000_000)}"
+    assert r.headers["location"] == f"/task/every5%40{round(NOW * 1_000_000)}"
+    run = store.get(run_id)
+    assert run.state is TaskState.PENDING
+    assert run.due == NOW
+    assert run.args == ("s",)
+    assert run.extra["catchup"] is True
+    assert store.get("every5@1").state is TaskState.PENDING  # the series keeps its next run
+    page = client.get(r.headers["location"])
+    assert cell(page.text, "state") == "pending"
+    # a paused schedule's runs are skipped: run now is refused, with the reason
+    client.post("/schedule/every5/pause", data={"token": TOKEN})
+    r = client.post("/schedule/every5/run", data={"token": TOKEN})
+    assert r.status_code == 409
+    assert "paused" in r.text
+    assert client.post("/schedule/nope/run", data={"token": TOKEN}).status_code == 404
+
+
+def test_run_now_is_refused_read_only(store: SQLiteStore) -> None:
+    app = create_app(store, token=TOKEN, read_only=True, clock=FakeClock(NOW))
+    with TestClient(app) as c:
+        assert "Run now" not in c.get("/schedules").text
+        assert c.post("/schedule/every5/run", data={"token": TOKEN}).status_code == 403
+    assert len(store.tasks(schedule_id="every5")) == 1
+
+
+def test_a_herd_is_named_by_its_schedules(client: TestClient, store: SQLiteStore) -> None:
+    slot = NOW + 1830
+    for i in range(120):
+        sid = f"nightly-{i:03}"
+        store.put_schedule(
+            ScheduleRecord(id=sid, func=FUNC, rule=IntervalRule(86400).to_spec(), created=NOW),
+            first=Task(id=f"{sid}@1", func=FUNC, due=slot, schedule_id=sid, created=NOW),
+        )
+    page = client.get("/load").text
+    assert 'id="herd-minute"' in page
+    assert "120 tasks due in the bucket" in page
+    assert "<li>120 instances of every 86400s (unanchored)</li>" in page
+    assert "nightly-000, nightly-001" in page
+
+
+def test_the_richer_store_pages(store: SQLiteStore, tmp_path: Path) -> None:
+    rich = SQLiteStore(str(tmp_path / "rich.db"))
+    fill_more(rich)
+    app = create_app(rich, token=TOKEN, clock=FakeClock(NOW))
+    with TestClient(app) as c:
+        load = c.get("/load").text
+        assert "103 tasks due in the bucket" in load
+        assert "<li>1 instance of cron &#39;30 1 * * *&#39; in Europe/Paris" in load
+        assert "report-eu, report-jp, report-us" in load
+        assert "100 one-shot tasks." in load
+        schedules = c.get("/schedules").text
+        assert "Europe/Paris" in schedules
+        assert "+01:00 / " in schedules  # Paris in winter, then UTC
+        page = c.get("/task/p0").text
+        assert '<a href="/task/d1">d1</a> pending (all_success)' in page
+    rich.close()
+
+
+def test_last_run_of_a_schedule_with_a_long_history(client: TestClient, store: SQLiteStore) -> None:
+    # more finished instances than a page would read in due order: the latest end is shown
+    for i in range(250):
+        due = NOW - 86400 + i * 300
+        state = TaskState.FAILED if i == 249 else TaskState.SUCCEEDED
+        store.insert(Task(id=f"every5@h{i}", func=FUNC, due=due, schedule_id="every5", created=due))
+        store.promote([f"every5@h{i}"], due)
+        assert store.claim(
+            f"every5@h{i}", expected_version=1, owner="w", lease_expires=due + 9, now=due
+        )
+        store.finish(f"every5@h{i}", owner="w", state=state, now=due + 1, error="x")
+    page = client.get("/schedules").text
+    assert re.search(r'href="/task/every5%40h249">[^<]+</a> failed', page), page
+
+
+def test_failures_page_cancels_a_retry(client: TestClient, store: SQLiteStore) -> None:
+    assert "No task waits for a retry." in client.get("/failures").text
+    store.promote(["p0"], NOW + 30)
+    assert store.claim("p0", expected_version=1, owner="w", lease_expires=NOW + 60, now=NOW + 30)
+    store.finish(
+        "p0", owner="w", state=TaskState.PENDING, now=NOW + 31, due=NOW + 90, error="OSError: x"
+    )
+    page = client.get("/failures").text
+    assert 'id="retrying"' in page
+    assert "OSError: x" in page
+    assert '/task/p0/cancel"' in page
+    r = client.post("/task/p0/cancel", data={"token": TOKEN})
+    assert cell(r.text, "state") == "cancelled"
+    assert store.get("p0").state is TaskState.CANCELLED
+    assert "No task waits for a retry." in client.get("/failures").text
+
+
+def test_a_herd_behind_too_many_tasks_is_not_examined(tmp_path: Path) -> None:
+    rich = SQLiteStore(str(tmp_path / "rich.db"))
+    fill_more(rich)
+    load = load_report(rich, NOW, horizon=3600.0, bucket=60.0)
+    assert load["herd"] is not None
+    assert herd_behind(rich, load, overdue=0, read_limit=10) == {
+        "not_examined": 1_005
+    }  # 5 due before it, and a margin
+    named = herd_behind(rich, load, overdue=0, read_limit=2_000)
+    assert named["schedules"] == ["report-eu", "report-jp", "report-us"]
+    rich.close()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_dashboard import NOW, TOKEN, fill
+from tests.test_dashboard import NOW, TOKEN, fill_more
 from timewheel.stores import SQLiteStore
 from timewheel.task import TaskState
 from timewheel.testing import FakeClock
@@ -45,7 +45,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, SQLiteStore]]:
     from timewheel.dashboard import create_app
 
     store = SQLiteStore(str(tmp_path / "tasks.db"))
-    fill(store)
+    fill_more(store)
     app = create_app(store, token=TOKEN, clock=FakeClock(NOW))
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
@@ -83,34 +83,88 @@ def _shot(driver: Any, name: str) -> None:
     target = os.environ.get("TIMEWHEEL_SCREENSHOTS")
     if target:
         Path(target).mkdir(parents=True, exist_ok=True)
+        # the whole page: the window grows to its height for the picture, then shrinks back
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(1280, min(int(height) + 140, 2400))
         driver.save_screenshot(str(Path(target) / f"dashboard-{name}.png"))
+        driver.set_window_size(1280, 900)
 
 
 def test_dashboard_in_a_browser(served: tuple[str, SQLiteStore], browser: Any) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     url, store = served
+
+    def text(element_id: str) -> str:
+        return str(browser.find_element(By.ID, element_id).text)
+
+    def after_click(path: str) -> None:
+        """Wait for the page a click loads (a form's POST answers with a redirect)."""
+        WebDriverWait(browser, 10).until(lambda b: b.current_url.startswith(url + path))
+        WebDriverWait(browser, 10).until(
+            lambda b: b.execute_script("return document.readyState") == "complete"
+        )
+
     browser.get(url + "/")
-    assert browser.find_element(By.ID, "count-failed").text == "1"
-    assert browser.find_element(By.ID, "count-pending").text == "4"
-    assert browser.find_element(By.ID, "count-ready").text == "1"
+    assert text("count-failed") == "2"
+    assert text("count-pending") == "109"  # 3 + every5 + r2 + d1 + 100 bulk + 3 reports
+    assert text("count-ready") == "1"
+    assert text("count-succeeded") == "2"
+    # the last hour: two successes and two failures, from due to end 10, 10, 20 and 100 s
+    assert text("succeeded-hour") == "2"
+    assert text("failures-hour") == "2"
+    assert text("late-p50") == "10.000 s"
+    assert text("late-p90") == "100.000 s"
+    assert text("late-max") == "100.000 s"
+    # the chart library drew the throughput chart, loaded from the package itself
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#chart-throughput canvas")) == 1
     _shot(browser, "overview")
 
     browser.get(url + "/load")
-    # the chart library drew the charts (a canvas each), loaded from the package itself
     assert len(browser.find_elements(By.CSS_SELECTOR, ".chart canvas")) == 2
+    herd = text("herd-minute")
+    assert "103 tasks due" in herd
+    assert "report-eu, report-jp, report-us" in herd
     _shot(browser, "load")
 
     browser.get(url + "/failures")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#failures tr")
+    assert "f2" in rows[1].text  # the latest failure first
+    browser.find_element(By.CSS_SELECTOR, "#failures .traceback summary").click()
+    shown = browser.find_element(By.CSS_SELECTOR, "#failures .traceback pre")
+    assert "ConnectionError: smtp.example.com" in shown.text
+    assert 'File "/srv/app/jobs.py", line 12' in shown.text
+    assert "TimeoutError: api" in text("retrying")
     _shot(browser, "failures")
-    browser.find_element(By.XPATH, "//button[text()='Retry now']").click()
-    assert browser.find_element(By.ID, "state").text == "pending"
-    assert store.get("f1~retry1").state is TaskState.PENDING
+    rows[1].find_element(By.XPATH, ".//button[text()='Retry now']").click()
+    after_click("/task/f2~retry1")
+    assert text("state") == "pending"
+    assert store.get("f2~retry1").state is TaskState.PENDING
+
+    browser.get(url + "/task/p0")
+    assert "d1 pending" in text("downstream")
     _shot(browser, "task")
+    browser.find_element(By.LINK_TEXT, "d1").click()
+    after_click("/task/d1")
+    assert "p0 pending" in text("upstream")
+    assert "p1 pending" in text("upstream")
 
     browser.get(url + "/schedules")
     _shot(browser, "schedules")
-    browser.find_element(By.XPATH, "//button[text()='Pause']").click()
+    run_now = "//tr[@id='schedule-every5']//button[text()='Run now']"
+    browser.find_element(By.XPATH, run_now).click()
+    after_click("/task/every5")
+    assert text("state") == "pending"
+    runs = [t for t in store.tasks(schedule_id="every5") if t.extra.get("catchup")]
+    assert [(t.due, t.state) for t in runs] == [(NOW, TaskState.PENDING)]
+
+    browser.get(url + "/schedules")
+    browser.find_element(By.XPATH, "//tr[@id='schedule-every5']//button[text()='Pause']").click()
+    WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda b: b.find_element(By.CSS_SELECTOR, "#schedule-every5 .paused").text == "paused"
+    )
     assert browser.find_element(By.CSS_SELECTOR, "#schedule-every5 .paused").text == "paused"
     rec = store.get_schedule("every5")
     assert rec is not None

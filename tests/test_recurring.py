@@ -224,6 +224,27 @@ def test_pause_resume_cancel(year: tuple[FakeClock, tw.Scheduler]) -> None:
     assert sched.schedules() == []
 
 
+def test_run_now_runs_once_beside_the_series(year: tuple[FakeClock, tw.Scheduler]) -> None:
+    clock, sched = year
+    runs: list[float] = []
+    h = sched.schedule(lambda: runs.append(clock.time()), every=3600, id="hourly")
+    before = h.next_run
+    clock.advance(seconds=10)
+    assert runs == []
+    job = h.run_now()
+    clock.advance(seconds=1)
+    assert job.done()
+    assert job.state is tw.TaskState.SUCCEEDED
+    assert len(runs) == 1
+    assert h.next_run == before  # the series keeps its time
+    assert h.last_job is not None
+    clock.advance(hours=1)
+    assert len(runs) == 2  # the regular run, once
+    h.pause()
+    with pytest.raises(tw.errors.InvalidTransitionError, match="paused"):
+        h.run_now()
+
+
 def test_reregistering_keeps_or_replaces(year: tuple[FakeClock, tw.Scheduler]) -> None:
     clock, sched = year
     runs: list[str] = []

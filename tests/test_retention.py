@@ -14,6 +14,7 @@ import pytest
 
 import timewheel as tw
 from timewheel.dispatch import TRACEBACK_LIMIT, release_frames
+from timewheel.jobs import TRACEBACK_KEY, task_traceback
 from timewheel.ready import ReadyQueue
 from timewheel.retention import (
     DURABLE_KEEP_FINISHED,
@@ -263,6 +264,44 @@ def test_a_failed_task_releases_its_frames(monkeypatch: pytest.MonkeyPatch) -> N
     assert text.rstrip().endswith("ValueError: outer failure")
     with pytest.raises(ValueError, match="outer failure"):
         job.result()
+    sched.shutdown()
+
+
+def test_a_durable_store_keeps_the_traceback_as_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(logging.getLogger("timewheel.dispatch"), "disabled", True)
+    clock = FakeClock(start=T0)
+    store = SQLiteStore(tmp_path / "tb.db")
+    sched = scheduler(clock, store)
+    job = sched.schedule(fails_with_a_local, delay=1)
+    clock.advance(2)
+    assert job.state is TaskState.FAILED
+    sched.shutdown()
+    task = store.get(job.id)
+    text = task_traceback(task)
+    assert text is not None
+    assert text == task.extra[TRACEBACK_KEY]
+    assert "fails_with_a_local" in text
+    assert "KeyError: 'inner'" in text
+    assert text.rstrip().endswith("ValueError: outer failure")
+    assert task.error == "ValueError: outer failure"
+    store.close()
+
+
+def test_task_traceback_of_a_memory_store_and_of_a_success(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(logging.getLogger("timewheel.dispatch"), "disabled", True)
+    clock = FakeClock(start=T0)
+    sched = scheduler(clock, tw.MemoryStore())
+    failed = sched.schedule(fails_with_a_local, delay=1)
+    ok = sched.schedule(noop, delay=1)
+    clock.advance(2)
+    text = task_traceback(sched.store.get(failed.id))
+    assert text is not None
+    assert "ValueError: outer failure" in text
+    assert task_traceback(sched.store.get(ok.id)) is None
     sched.shutdown()
 
 

@@ -30,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from timewheel.clock import Clock
 from timewheel.context import call_as
+from timewheel.jobs import TRACEBACK_KEY
 from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
 from timewheel.refs import ReferenceNotAllowedError
@@ -44,6 +45,7 @@ __all__ = [
     "Rebuildable",
     "ThreadPoolDispatcher",
     "complete",
+    "format_traceback",
     "refuse",
     "release_frames",
     "report_unresolved",
@@ -162,6 +164,15 @@ TRACEBACK_LIMIT = 8192
 """Most characters of a failed run's formatted traceback kept on its exception (the last ones)."""
 
 
+def format_traceback(exc: BaseException) -> str:
+    """*exc*'s formatted traceback with its chain, cut to the last :data:`TRACEBACK_LIMIT`
+    characters (what a failed run keeps as text)."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if len(text) > TRACEBACK_LIMIT:
+        text = "...\n" + text[-(TRACEBACK_LIMIT - 4) :]
+    return text
+
+
 def release_frames(exc: BaseException) -> None:
     """Keep *exc* as text, not frames: set ``exc.formatted_traceback`` to its formatted traceback
     (with its chain, cut to the last :data:`TRACEBACK_LIMIT` characters), then clear the
@@ -172,9 +183,7 @@ def release_frames(exc: BaseException) -> None:
     as long as the task is kept. An exception type that refuses new attributes keeps only its
     type and message.
     """
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    if len(text) > TRACEBACK_LIMIT:
-        text = "...\n" + text[-(TRACEBACK_LIMIT - 4) :]
+    text = format_traceback(exc)
     try:
         exc.formatted_traceback = text  # type: ignore[attr-defined]
     except (AttributeError, TypeError):
@@ -244,9 +253,11 @@ def complete(
         else:
             state = TaskState.TIMED_OUT if timed_out else TaskState.FAILED
             keep = None if store.durable else err
-            changed = store.finish(
-                task.id, owner=owner, state=state, now=now, error=summary, result=keep
-            )
+            changes: dict[str, Any] = {"error": summary, "result": keep}
+            if store.durable and exc is not None and not final:
+                # the kept exception carries it in memory; a durable store keeps the text
+                changes["extra"] = {**task.extra, TRACEBACK_KEY: format_traceback(exc)}
+            changed = store.finish(task.id, owner=owner, state=state, now=now, **changes)
             event = "timed_out" if timed_out else "failed"
             if changed is not None:
                 log.error(

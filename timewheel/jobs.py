@@ -18,7 +18,17 @@ from timewheel.errors import JobCancelledError, TaskFailedError
 from timewheel.stores.base import Store
 from timewheel.task import TERMINAL_STATES, Task, TaskState
 
-__all__ = ["Job", "JobRuntime", "Scheduling", "Step", "TaskFunction", "step", "task_error"]
+__all__ = [
+    "TRACEBACK_KEY",
+    "Job",
+    "JobRuntime",
+    "Scheduling",
+    "Step",
+    "TaskFunction",
+    "step",
+    "task_error",
+    "task_traceback",
+]
 
 R = TypeVar("R")
 
@@ -135,6 +145,25 @@ class Job:
         t = self._runtime.store.find(self.id)
         state = t.state.value if t is not None else "missing"
         return f"<Job {self.id!r} {state}>"
+
+
+TRACEBACK_KEY = "traceback"
+"""The ``extra`` key under which a durable store keeps a failed run's formatted traceback."""
+
+
+def task_traceback(task: Task) -> str | None:
+    """The formatted traceback of *task*'s failed run, as text, when the store kept one.
+
+    A durable store keeps it in ``task.extra["traceback"]`` (the last 8 KB, with the exception's
+    chain); a memory store keeps the exception itself, whose ``formatted_traceback`` holds the
+    same text once the run's frames were released. ``None`` for a run that raised nothing (a
+    success, a timeout, a cancellation) or a refusal that never ran.
+    """
+    text = task.extra.get(TRACEBACK_KEY)
+    if isinstance(text, str):
+        return text
+    kept = getattr(task.result, "formatted_traceback", None)
+    return kept if isinstance(task.result, BaseException) and isinstance(kept, str) else None
 
 
 def task_error(task: Task) -> BaseException:

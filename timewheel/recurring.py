@@ -33,6 +33,7 @@ from timewheel.clock import to_datetime
 from timewheel.errors import (
     DuplicateKeyError,
     InvalidScheduleError,
+    InvalidTransitionError,
     TaskNotFoundError,
     VersionConflictError,
 )
@@ -181,6 +182,12 @@ class Schedule:
     def resume(self) -> None:
         """Resume at the rule's first slot after now."""
         self._recurring.set_paused(self.id, False)
+
+    def run_now(self) -> Job:
+        """Run the schedule once more, now, beside its series (the next regular run keeps its
+        time; the overlap policy applies). Raises ``InvalidTransitionError`` while paused."""
+        task = self._recurring.run_now(self.id)
+        return self._recurring.host.job(task.id)
 
     def cancel(self) -> bool:
         """Delete the schedule and cancel its instances that have not started."""
@@ -869,6 +876,31 @@ class Recurring:
             replace = existing is not None and existing.state in TERMINAL_STATES
             changed = store.insert(inst, on_conflict="replace" if replace else "keep")
             self.host.index(changed.task)
+
+    def run_now(self, schedule_id: str) -> Task:
+        """An extra run of the schedule, due now, beside its series; returns the stored instance.
+
+        It is a catch-up instance for the current instant (id ``instance_id(schedule_id,
+        now)``, ``extra["catchup"]``): when it fires only the schedule's overlap policy is
+        asked, no successor is planned, and the next regular run keeps its time. Inserted with
+        ``on_conflict="keep"``: a second request in the same microsecond gets the same run.
+
+        Raises:
+            TaskNotFoundError: no such schedule.
+            InvalidTransitionError: the schedule is paused (its instances do not run).
+        """
+        rec = self.store.get_schedule(schedule_id)
+        if rec is None:
+            raise TaskNotFoundError(f"no schedule with id {schedule_id!r}")
+        if rec.paused:
+            raise InvalidTransitionError(
+                f"schedule {schedule_id!r} is paused: its runs are skipped; resume it first"
+            )
+        now = self.host.clock.time()
+        inst = self._instance(rec, now, self.rule(rec), catchup=True, now=now)
+        task = self.store.insert(inst, on_conflict="keep").task
+        self.host.index(task)
+        return task
 
     def delete(self, schedule_id: str) -> bool:
         """Delete the schedule and cancel its instances that have not started."""

@@ -6,16 +6,89 @@ here reads through :class:`~timewheel.stores.base.SupportsInspection`; nothing s
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
-from timewheel.stores.base import SupportsInspection
+from timewheel.stores.base import Store, SupportsInspection
+from timewheel.task import TaskState
 
-__all__ = ["HERD_FACTOR", "HERD_MIN", "load_report"]
+__all__ = [
+    "HERD_EXAMINED",
+    "HERD_FACTOR",
+    "HERD_MIN",
+    "LATENESS_SAMPLE",
+    "activity_report",
+    "herd_behind",
+    "load_report",
+    "percentile",
+]
 
 HERD_MIN = 100
 """A histogram bucket with at least this many tasks ..."""
 HERD_FACTOR = 10.0
 """... and this many times the average bucket is a thundering herd."""
+HERD_EXAMINED = 10_000
+"""At most this many of a herd's instances are read to name the schedules behind it."""
+LATENESS_SAMPLE = 10_000
+""":func:`activity_report` takes lateness percentiles over at most this many of the latest ended
+tasks (the counts cover every task)."""
+
+_RAN = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.TIMED_OUT})
+_FAILED = frozenset({TaskState.FAILED, TaskState.TIMED_OUT, TaskState.UPSTREAM_FAILED})
+
+
+def percentile(ordered: Sequence[float], q: float) -> float | None:
+    """The *q* quantile (0..1) of the sorted *ordered* by nearest rank; None when empty."""
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def activity_report(
+    inspect: SupportsInspection,
+    now: float,
+    *,
+    window: float = 3600.0,
+    bucket: float = 60.0,
+    sample: int = LATENESS_SAMPLE,
+) -> dict[str, Any]:
+    """What ended in ``[now - window, now)``: ``buckets`` (``[start, succeeded, failed]`` per
+    *bucket* seconds, failed counting FAILED, TIMED_OUT and UPSTREAM_FAILED), ``by_state``
+    (state value -> count), ``succeeded``, ``failed``, ``per_minute`` (runs that ended, per
+    minute), all counted by the store (``ended_histogram``); and ``late``: ``p50``, ``p90``,
+    ``p99`` and ``max`` of end minus due, in seconds (lateness plus run time), over the latest
+    *sample* tasks that ended (``ended_since``), with ``count`` runs among them and ``sampled``
+    when more ended in the window."""
+    since = now - window
+    ok: list[int] = []
+    bad: list[int] = []
+    by_state: dict[str, int] = {}
+    for _, counts in inspect.ended_histogram(since, horizon=window, bucket=bucket):
+        ok.append(counts.get(TaskState.SUCCEEDED, 0))
+        bad.append(sum(n for s, n in counts.items() if s in _FAILED))
+        for s, n in counts.items():
+            by_state[s.value] = by_state.get(s.value, 0) + n
+    rows = inspect.ended_since(since, limit=sample)
+    late = sorted(max(0.0, ended - due) for state, due, ended in rows if state in _RAN)
+    ran = sum(n for s, n in by_state.items() if TaskState(s) in _RAN)
+    return {
+        "window": window,
+        "bucket": bucket,
+        "buckets": [[since + i * bucket, ok[i], bad[i]] for i in range(len(ok))],
+        "by_state": by_state,
+        "succeeded": sum(ok),
+        "failed": sum(bad),
+        "per_minute": ran / (window / 60.0),
+        "late": {
+            "count": len(late),
+            "sampled": len(rows) >= sample,
+            "p50": percentile(late, 0.5),
+            "p90": percentile(late, 0.9),
+            "p99": percentile(late, 0.99),
+            "max": late[-1] if late else None,
+        },
+    }
 
 
 def load_report(
@@ -37,4 +110,33 @@ def load_report(
         "peak": peak,
         "buckets": [[start, n] for start, n in buckets],
         "herd": herd,
+    }
+
+
+def herd_behind(
+    store: Store, load: dict[str, Any], *, overdue: int, read_limit: int | None = None
+) -> dict[str, Any]:
+    """The schedules behind the herd of *load* (a :func:`load_report` with a ``herd``) and
+    whether a scheduler pre-warmed it: ``rules`` (``[description, instances]``, most first),
+    ``schedules`` (a few ids), ``instances``, ``instances_examined``, ``one_shot``,
+    ``prewarm_checked``, ``prewarmed``. *overdue* is about how many PENDING tasks are due
+    before *load*'s start (they are read past); at most :data:`HERD_EXAMINED` of the herd's
+    rows are read. With *read_limit*, a herd behind more PENDING tasks than that is not
+    examined: the answer is ``{"not_examined": <tasks due before it>}``."""
+    from timewheel.herds import stored_herd
+
+    start, width = load["herd"]["start"], load["bucket"]
+    before = overdue + sum(n for s, n in load["buckets"] if s < start) + 1_000
+    if read_limit is not None and before > read_limit:
+        return {"not_examined": before}
+    seen = stored_herd(store, start, start + width, before=before, limit=HERD_EXAMINED)
+    who = seen.schedules
+    return {
+        "rules": [[text, n] for text, n in who.rules],
+        "schedules": list(who.schedules),
+        "instances": who.total,
+        "instances_examined": who.examined,
+        "one_shot": seen.one_shot,
+        "prewarm_checked": seen.checked,
+        "prewarmed": seen.prewarmed,
     }

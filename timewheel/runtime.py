@@ -28,6 +28,7 @@ from timewheel.jobs import Job
 from timewheel.ready import ReadyQueue
 from timewheel.recurring import Recurring
 from timewheel.refs import Allowlist, permit_imports
+from timewheel.report import percentile
 from timewheel.retention import Retention
 from timewheel.stores.base import (
     Changed,
@@ -367,10 +368,7 @@ class Runtime:
 
     def lateness_percentile(self, q: float) -> float | None:
         """The *q* quantile (0..1) of recent lateness, seconds; None before any run."""
-        lateness = sorted(self.lateness)
-        if not lateness:
-            return None
-        return lateness[min(len(lateness) - 1, max(0, math.ceil(q * len(lateness)) - 1))]
+        return percentile(sorted(self.lateness), q)
 
     def upcoming(self, horizon: float, *, bucket: float | str) -> list[tuple[datetime, int]]:
         """``(bucket_start, count)`` of tasks due per bucket over the next *horizon* seconds, for

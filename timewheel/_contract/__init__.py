@@ -65,6 +65,7 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     tasks.check_prune_bounded,
     tasks.check_compact_insert,
     tasks.check_inspection,
+    tasks.check_retrying,
     dependencies.check_dep_unknown_upstream,
     dependencies.check_dep_unmet_at_insert,
     dependencies.check_dep_all_success,
@@ -80,5 +81,6 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     schedules.check_schedule_conflict,
     schedules.check_update_schedule,
     schedules.check_delete_schedule,
+    schedules.check_last_ended,
 )
 """Every check, in the order ``check_store`` runs them."""

@@ -19,7 +19,7 @@ from timewheel.errors import (
     TaskNotFoundError,
     VersionConflictError,
 )
-from timewheel.stores.base import Store
+from timewheel.stores.base import Store, SupportsInspection
 
 
 def check_schedule_put_get(store: Store) -> None:
@@ -142,3 +142,28 @@ def check_delete_schedule(store: Store) -> None:
     assert store.get("s@0").state is S.RUNNING, "its running instance is left to finish"
     assert store.delete_schedule("s") is False, "deleting again returns False"
     assert store.list_schedules() == []
+
+
+def check_last_ended(store: Store) -> None:
+    """A store that offers inspection names the instance of a schedule that ended last."""
+    if not isinstance(store, SupportsInspection):
+        return
+    store.put_schedule(schedule_record(), first=new_task("s@1", due=T0 - 60, schedule_id="s"))
+    store.insert_many(
+        [new_task("s@2", due=T0 - 30, schedule_id="s"), new_task("other", due=T0 - 90)]
+    )
+    assert store.last_ended("s") is None, "no instance ended yet"
+    make_running(store, "s@2")
+    store.finish("s@2", owner="w1", state=S.FAILED, now=T0 + 2, error="boom")
+    make_running(store, "s@1")
+    store.finish("s@1", owner="w1", state=S.SUCCEEDED, now=T0 + 3)
+    make_running(store, "other")
+    store.finish("other", owner="w1", state=S.SUCCEEDED, now=T0 + 4)
+    last = store.last_ended("s")
+    assert last is not None, "an instance ended"
+    assert (last.id, last.state) == ("s@1", S.SUCCEEDED), f"the latest end wins ({last!r})"
+    store.delete("s@1")
+    last = store.last_ended("s")
+    assert last is not None, "the other instance ended too"
+    assert (last.id, last.state) == ("s@2", S.FAILED), f"once the latest is gone ({last!r})"
+    assert store.last_ended("ghost") is None

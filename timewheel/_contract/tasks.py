@@ -103,6 +103,42 @@ def check_inspection(store: Store) -> None:
     assert ids_of(failures) == ["f"], f"recent_failures lists the failed task ({failures})"
     assert failures[0].error == "boom"
     assert store.unresolvable() == {}, "every function of the suite resolves"
+    ended = store.ended_since(T0, limit=10)
+    assert ended == [(S.FAILED, T0 - 100, T0 + 1)], f"ended_since lists the failure ({ended})"
+    assert store.ended_since(T0 + 2, limit=10) == [], "nothing ended after T0 + 1"
+    make_running(store, "r")
+    store.finish("r", owner="w1", state=S.SUCCEEDED, now=T0 + 3)
+    ended = store.ended_since(T0, limit=10)
+    want_ended = [(S.SUCCEEDED, T0 - 40, T0 + 3), (S.FAILED, T0 - 100, T0 + 1)]
+    assert ended == want_ended, f"ended_since lists the latest first ({ended})"
+    assert store.ended_since(T0, limit=1) == want_ended[:1], "ended_since keeps to its limit"
+    ends = store.ended_histogram(T0, horizon=4, bucket=2)
+    want_hist = [(T0, {S.FAILED: 1}), (T0 + 2, {S.SUCCEEDED: 1})]
+    assert ends == want_hist, f"ended_histogram counts ends per bucket and state ({ends})"
+    assert store.ended_histogram(T0 - 60, horizon=60, bucket=30) == [(T0 - 60, {}), (T0 - 30, {})]
+    expect(
+        InvalidScheduleError,
+        lambda: store.ended_histogram(T0, horizon=60, bucket=-1),
+        "an ended_histogram with buckets of -1 s",
+    )
+    # downstream tasks: waiting ones, and ones whose upstream had ended before they were inserted
+    store.insert(new_task("d2", after=("soon", "later"), when="all_done"))
+    store.insert(new_task("d1", after=("soon",)))
+    store.insert(new_task("d3", after=("f",)))
+    store.insert(new_task("soon2", due=T0 + 40))
+    store.insert(new_task("d4", after=("soon2",)))
+    down = store.dependents("soon", limit=10)
+    assert ids_of(down) == ["d1", "d2"], f"dependents lists the tasks after 'soon' ({down})"
+    assert ids_of(store.dependents("soon", limit=1)) == ["d1"], "dependents keeps to its limit"
+    assert ids_of(store.dependents("later", limit=10)) == ["d2"]
+    assert ids_of(store.dependents("f", limit=10)) == ["d3"], "an edge settled at insert counts"
+    assert store.dependents("r", limit=10) == [], "nothing waits on 'r'"
+    make_running(store, "soon")
+    store.finish("soon", owner="w1", state=S.SUCCEEDED, now=T0 + 31)
+    down = store.dependents("soon", limit=10)
+    assert ids_of(down) == ["d1", "d2"], f"dependents outlive the upstream's end ({down})"
+    store.delete("d1")
+    assert ids_of(store.dependents("soon", limit=10)) == ["d2"], "a deleted dependent is gone"
     expect(
         InvalidScheduleError,
         lambda: store.due_histogram(T0, horizon=60, bucket=0),
@@ -578,3 +614,23 @@ def check_prune_bounded(store: Store) -> None:
     assert store.prune(before=T0 + 50, limit=0) == 0, "limit=0 deletes nothing"
     assert store.prune(before=T0 + 50, keep=("t0",)) == 1, "keep= applies without a limit too"
     assert store.find("t0") is not None
+
+
+def check_retrying(store: Store) -> None:
+    """A store that offers inspection lists the PENDING tasks that ran before, soonest first."""
+    if not isinstance(store, SupportsInspection):
+        return
+    store.insert_many([new_task("a", due=T0 - 9), new_task("b", due=T0 - 8), new_task("c")])
+    assert store.retrying(10) == [], "nothing ran yet"
+    for task_id, again in (("a", T0 + 50), ("b", T0 + 20)):
+        make_running(store, task_id)
+        store.finish(task_id, owner="w1", state=S.PENDING, now=T0 + 1, due=again, error="boom")
+    waiting = store.retrying(10)
+    assert ids_of(waiting) == ["b", "a"], f"retrying lists both, soonest due first ({waiting})"
+    assert (waiting[0].error, waiting[0].attempts) == ("boom", 1), f"as stored ({waiting[0]!r})"
+    assert ids_of(store.retrying(1)) == ["b"], "retrying keeps to its limit"
+    make_ready(store, "b", now=T0 + 20)
+    assert ids_of(store.retrying(10)) == ["a"], "a promoted retry has left the list"
+    a = store.get("a")
+    store.transition("a", expected_version=a.version, state=S.CANCELLED, now=T0 + 2)
+    assert store.retrying(10) == [], "a cancelled retry has left the list"

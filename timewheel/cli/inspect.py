@@ -39,7 +39,6 @@ snapshot. Nothing is created: a missing store is an error.
 
 _MAX_BUCKETS = 10_000  # --horizon / --bucket: a histogram longer than this is a mistake
 _OVERDUE_SLACK = 5.0  # a PENDING task this late means nothing triggers the store
-_HERD_EXAMINED = 10_000  # a herd's instances read to name the schedules behind it
 
 
 def _iso(t: float) -> str:
@@ -82,30 +81,6 @@ def _missed_slots(store: Store, now: float) -> list[dict[str, Any]]:
     return out
 
 
-def _herd_behind(
-    store: Store,
-    buckets: list[tuple[float, int]],
-    start: float,
-    width: float,
-    overdue: list[tuple[str, float, str | None]],
-) -> dict[str, Any]:
-    """The schedules behind a herd bucket and whether a scheduler pre-warmed it."""
-    from timewheel.herds import stored_herd
-
-    before = len(overdue) + sum(n for s, n in buckets if s < start) + 1_000
-    seen = stored_herd(store, start, start + width, before=before, limit=_HERD_EXAMINED)
-    who = seen.schedules
-    return {
-        "rules": [[text, n] for text, n in who.rules],
-        "schedules": list(who.schedules),
-        "instances": who.total,
-        "instances_examined": who.examined,
-        "one_shot": seen.one_shot,
-        "prewarm_checked": seen.checked,
-        "prewarmed": seen.prewarmed,
-    }
-
-
 def _refused(store: Store, allowlist: Allowlist | None) -> list[dict[str, Any]]:
     """Stored references of waiting tasks and schedules that no worker runs (with *allowlist*:
     no worker with that allowlist), judged on their text: nothing is imported."""
@@ -140,7 +115,7 @@ def _refused(store: Store, allowlist: Allowlist | None) -> list[dict[str, Any]]:
 def _collect(opened: OpenedStore, args: argparse.Namespace, now: float) -> dict[str, Any]:
     """Everything ``inspect`` shows, as plain data (also the ``--json`` document)."""
     from timewheel.refs import Allowlist, permit_imports
-    from timewheel.report import load_report
+    from timewheel.report import herd_behind, load_report
     from timewheel.task import TaskState
 
     allowlist = Allowlist(m for group in args.allow for m in group) if args.allow else None
@@ -188,8 +163,7 @@ def _collect(opened: OpenedStore, args: argparse.Namespace, now: float) -> dict[
         load = load_report(inspect, now, horizon=args.horizon, bucket=args.bucket)
         herd = load["herd"]
         if herd is not None:
-            buckets = [(start, n) for start, n in load["buckets"]]
-            herd.update(_herd_behind(store, buckets, herd["start"], args.bucket, overdue))
+            herd.update(herd_behind(store, load, overdue=len(overdue)))
         data["load"] = load
         data["failures"] = [
             {

@@ -1,22 +1,25 @@
 """The dashboard's writes, usable without a running scheduler and without a web framework.
 
 Each write is one atomic store operation: a compare-and-swap ``transition`` or
-``update_schedule`` (retried on a lost swap after reading again), or an ``insert`` that refuses
-an existing id. A running scheduler sees the result on its next look at the store.
+``update_schedule`` (retried on a lost swap after reading again), or an ``insert`` of a new task
+that never overwrites one (retry now refuses an existing id and takes the next; run now keeps
+the run already inserted for the same instant). A running scheduler sees the result on its next
+look at the store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from timewheel.clock import Clock, SystemClock
 from timewheel.errors import DuplicateKeyError, InvalidTransitionError, VersionConflictError
-from timewheel.jobs import Job
+from timewheel.jobs import TRACEBACK_KEY, Job
 from timewheel.recurring import Recurring
 from timewheel.stores.base import Store
 from timewheel.task import Task, TaskState
 
-__all__ = ["RETRYABLE", "cancel_task", "retry_now", "set_paused"]
+__all__ = ["RETRYABLE", "cancel_task", "retry_now", "run_schedule_now", "set_paused"]
 
 RETRYABLE: frozenset[TaskState] = frozenset({TaskState.FAILED, TaskState.TIMED_OUT})
 """States whose tasks "retry now" copies into a new task."""
@@ -52,7 +55,8 @@ def retry_now(store: Store, task_id: str, now: float) -> Task:
 
     Terminal states stay terminal (``TRANSITIONS`` has no way out of FAILED), so the failed task
     keeps its history and the copy gets a new id, ``"<id>~retry<n>"`` with the first free *n*,
-    and ``extra["retry_of"]`` naming the original. The copy starts with no attempts and no
+    and ``extra["retry_of"]`` naming the original (the failed run's kept traceback is not
+    copied). The copy starts with no attempts and no
     upstream tasks (the original's dependencies were settled when it ran).
 
     Raises:
@@ -79,12 +83,16 @@ def retry_now(store: Store, task_id: str, now: float) -> Task:
             created=now,
             updated=now,
             schedule_id=task.schedule_id,
-            extra={**task.extra, "retry_of": task.id},
+            extra={**_without_traceback(task.extra), "retry_of": task.id},
         )
         try:
             return store.insert(copy).task
         except DuplicateKeyError:
             n += 1
+
+
+def _without_traceback(extra: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in extra.items() if k != TRACEBACK_KEY}
 
 
 class _StoreHost:
@@ -129,3 +137,14 @@ def set_paused(store: Store, schedule_id: str, paused: bool, clock: Clock | None
     """
     recurring = Recurring(_StoreHost(store, clock or SystemClock()))
     recurring.set_paused(schedule_id, paused)
+
+
+def run_schedule_now(store: Store, schedule_id: str, clock: Clock | None = None) -> Task:
+    """Run a recurring schedule once more, now, exactly as ``Schedule.run_now`` does: an extra
+    instance due now beside the series (the next regular run keeps its time). Returns it.
+
+    Raises:
+        TaskNotFoundError: no such schedule.
+        InvalidTransitionError: the schedule is paused.
+    """
+    return Recurring(_StoreHost(store, clock or SystemClock())).run_now(schedule_id)

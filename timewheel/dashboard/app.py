@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -28,10 +28,11 @@ from starlette.staticfiles import StaticFiles
 from timewheel.clock import Clock, SystemClock
 from timewheel.dashboard import actions
 from timewheel.errors import InvalidTransitionError, TaskNotFoundError, TimewheelError
-from timewheel.report import load_report
+from timewheel.jobs import task_traceback
+from timewheel.report import activity_report, herd_behind, load_report
 from timewheel.rules import rule_from_spec
 from timewheel.stores.base import Store, SupportsInspection
-from timewheel.task import TERMINAL_STATES, Task, TaskState
+from timewheel.task import Task, TaskState
 
 __all__ = ["TOKEN_HEADER", "build"]
 
@@ -44,7 +45,8 @@ _FAILURES = 50  # failures listed on the failures page
 _SEARCH_SCAN = 10_000  # tasks examined when searching by function
 _READY_SAMPLE = 10_000  # READY tasks grouped by queue on the overview
 _NEXT_FIRES = 3  # upcoming fire times shown per schedule
-_HISTORY = 200  # finished instances examined for a schedule's last run
+_DOWNSTREAM = 100  # downstream tasks listed on a task's page
+_HERD_READ = 100_000  # PENDING tasks read at most to name the schedules behind a herd
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -159,8 +161,7 @@ class _Dashboard:
         ready = self.store.ready(limit=_READY_SAMPLE)
         for t in ready:
             queues[t.queue] = queues.get(t.queue, 0) + 1
-        failures = inspect.recent_failures(_FAILURES) if inspect is not None else []
-        last_hour = [t for t in failures if t.updated >= now - 3600]
+        activity = activity_report(inspect, now) if inspect is not None else None
         soon = self.store.due_before(now + 60, limit=_READY_SAMPLE)
         hour = self.store.due_before(now + 3600, limit=_READY_SAMPLE)
         return self.render(
@@ -172,8 +173,7 @@ class _Dashboard:
             queues=sorted(queues.items()),
             queues_capped=len(ready) >= _READY_SAMPLE,
             oldest_ready=inspect.oldest_ready_age(now) if inspect is not None else None,
-            failures_last_hour=len(last_hour),
-            failures_capped=len(failures) >= _FAILURES,
+            activity=activity,
             pending_minute=len(soon),
             pending_hour=len(hour),
             pending_capped=_READY_SAMPLE,
@@ -184,17 +184,32 @@ class _Dashboard:
         now = self.clock.time()
         minute = hour = None
         if inspect is not None:
+            overdue = len(self.store.due_before(now, limit=_READY_SAMPLE))
             minute = load_report(inspect, now, horizon=3600.0, bucket=60.0)
             hour = load_report(inspect, now, horizon=86400.0, bucket=3600.0)
+            for report in (minute, hour):
+                if report["herd"] is not None:
+                    behind = herd_behind(self.store, report, overdue=overdue, read_limit=_HERD_READ)
+                    report["herd"].update(behind)
         return self.render(request, "load.html", now=now, minute=minute, day=hour)
 
     async def failures(self, request: Request) -> Response:
         inspect = self.inspection()
         tasks = inspect.recent_failures(_FAILURES) if inspect is not None else None
-        return self.render(request, "failures.html", tasks=tasks, retryable=actions.RETRYABLE)
+        rows = [(t, task_traceback(t)) for t in tasks] if tasks is not None else None
+        retrying = inspect.retrying(_FAILURES) if inspect is not None else None
+        return self.render(
+            request,
+            "failures.html",
+            rows=rows,
+            retrying=retrying,
+            retrying_capped=retrying is not None and len(retrying) >= _FAILURES,
+            retryable=actions.RETRYABLE,
+        )
 
     async def schedules(self, request: Request) -> Response:
         now = self.clock.time()
+        inspect = self.inspection()
         rows = []
         for rec in self.store.list_schedules():
             zone_name = str(rec.rule.get("tz") or rec.rule.get("timezone") or "UTC")
@@ -215,10 +230,7 @@ class _Dashboard:
                     fires.append((_iso(t, zone), _iso(t)))
             except Exception:  # a rule this version cannot read: shown as stored
                 pass
-            done = self.store.tasks(state=TERMINAL_STATES, schedule_id=rec.id, limit=_HISTORY)
-            # tasks() lists earliest due first: past the limit the latest run may be missing
-            known = len(done) < _HISTORY
-            last = max(done, key=lambda t: t.updated, default=None) if known else None
+            last = inspect.last_ended(rec.id) if inspect is not None else None
             rows.append(
                 {
                     "id": rec.id,
@@ -227,7 +239,7 @@ class _Dashboard:
                     "paused": rec.paused,
                     "fires": fires,
                     "last": last,
-                    "last_known": known,
+                    "last_known": inspect is not None,
                 }
             )
         return self.render(request, "schedules.html", schedules=rows)
@@ -235,11 +247,16 @@ class _Dashboard:
     async def task(self, request: Request) -> Response:
         task = self.store.get(request.path_params["task_id"])
         upstream = [self.store.find(u) for u in task.after]
+        inspect = self.inspection()
+        downstream = inspect.dependents(task.id, limit=_DOWNSTREAM) if inspect else None
         return self.render(
             request,
             "task.html",
             task=task,
             upstream=list(zip(task.after, upstream, strict=True)),
+            downstream=downstream,
+            downstream_capped=downstream is not None and len(downstream) >= _DOWNSTREAM,
+            traceback=task_traceback(task),
             now=self.clock.time(),
             retryable=task.state in actions.RETRYABLE,
             cancellable=task.state in (TaskState.PENDING, TaskState.READY),
@@ -251,7 +268,7 @@ class _Dashboard:
         if query:
             exact = self.store.find(query)
             if exact is not None:
-                return self.back(request, f"/task/{exact.id}")
+                return self.back(request, f"/task/{quote(exact.id, safe='')}")
             found = [
                 t
                 for t in self.store.tasks(limit=_SEARCH_SCAN)
@@ -284,12 +301,12 @@ class _Dashboard:
         await self.checked_form(request)
         task_id = request.path_params["task_id"]
         actions.cancel_task(self.store, task_id, self.clock.time())
-        return self.back(request, f"/task/{task_id}")
+        return self.back(request, f"/task/{quote(task_id, safe='')}")
 
     async def retry(self, request: Request) -> Response:
         await self.checked_form(request)
         copy = actions.retry_now(self.store, request.path_params["task_id"], self.clock.time())
-        return self.back(request, f"/task/{copy.id}")
+        return self.back(request, f"/task/{quote(copy.id, safe='')}")
 
     async def pause(self, request: Request) -> Response:
         await self.checked_form(request)
@@ -300,6 +317,11 @@ class _Dashboard:
         await self.checked_form(request)
         actions.set_paused(self.store, request.path_params["schedule_id"], False, self.clock)
         return self.back(request, "/schedules")
+
+    async def run_now(self, request: Request) -> Response:
+        await self.checked_form(request)
+        task = actions.run_schedule_now(self.store, request.path_params["schedule_id"], self.clock)
+        return self.back(request, f"/task/{quote(task.id, safe='')}")
 
 
 def build(
@@ -332,6 +354,7 @@ def build(
         Route("/task/{task_id:path}", g(dash.task)),
         Route("/schedule/{schedule_id:path}/pause", g(dash.pause), methods=["POST"]),
         Route("/schedule/{schedule_id:path}/resume", g(dash.resume), methods=["POST"]),
+        Route("/schedule/{schedule_id:path}/run", g(dash.run_now), methods=["POST"]),
         Route("/metrics", g(dash.metrics)),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]

@@ -278,6 +278,48 @@ class SupportsInspection(Protocol):
         """Function references this process cannot resolve -> READY tasks waiting on each."""
         ...
 
+    def ended_histogram(
+        self, since: float, *, horizon: float = 3600.0, bucket: float = 60.0
+    ) -> list[tuple[float, dict[TaskState, int]]]:
+        """What ended in ``[since, since + horizon)``: ``(bucket_start, {state: n})`` per
+        *bucket* seconds, aligned on *since*, empty buckets included (``{}``), counted by the
+        store along an index of end times.
+
+        Raises:
+            InvalidScheduleError: *bucket* or *horizon* is not a positive number of seconds.
+        """
+        ...
+
+    def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
+        """``(state, due, ended)`` of up to *limit* tasks that reached a terminal state at or
+        after *since*, the latest first (``ended`` is the task's ``updated``).
+
+        Served by an index on the end time: the cost grows with the tasks returned, not with
+        the tasks kept (throughput and lateness over the last hour).
+        """
+        ...
+
+    def retrying(self, limit: int) -> list[Task]:
+        """Up to *limit* PENDING tasks that ran before (``attempts > 0``): a failed attempt
+        waiting for its retry, or a run whose lease expired, the soonest due first. Served by an
+        index of those tasks alone."""
+        ...
+
+    def last_ended(self, schedule_id: str) -> Task | None:
+        """The instance of schedule *schedule_id* that ended last (any terminal state), or None.
+
+        Reads the schedule's own instances only (a schedule's last run and its outcome).
+        """
+        ...
+
+    def dependents(self, task_id: str, *, limit: int) -> list[Task]:
+        """Up to *limit* tasks that name *task_id* in their ``after``, in any state, by id.
+
+        Reads only the tasks that have upstream tasks (never every task): a task's page lists
+        what waits, or waited, on it.
+        """
+        ...
+
 
 @runtime_checkable
 class SupportsMaintenance(Protocol):

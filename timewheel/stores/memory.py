@@ -48,20 +48,31 @@ class MemoryStore(Store):
         self._lite = CompactRecords()  # fresh PENDING tasks with default options
         self._by_state: dict[TaskState, dict[str, None]] = {s: {} for s in TaskState}
         self._dependents: dict[str, list[str]] = {}
+        # upstream id -> ids of the tasks naming it in ``after``, kept after it settled them
+        self._downstream: dict[str, dict[str, None]] = {}
         self._schedules: dict[str, ScheduleRecord] = {}
         # schedule id -> ids of its instances that are not terminal (the busy/head queries)
         self._active_by_schedule: dict[str, dict[str, None]] = {}
+        # PENDING tasks with attempts > 0 (retrying): the ids, in no order
+        self._retrying: dict[str, None] = {}
+        # schedule id -> its instance that ended last (a hint: checked, rebuilt when pruned)
+        self._last_ended: dict[str, str] = {}
         self._closed = False
 
     # -- internals -----------------------------------------------------------------------------
     def _put(self, old: Task | None, new: Task) -> None:
         if old is not None and old.state is not new.state:
             del self._by_state[old.state][old.id]
+        if new.attempts and new.state is _P:
+            self._retrying[new.id] = None
+        elif old is not None and old.attempts and old.state is _P:
+            self._retrying.pop(old.id, None)
         self._by_state[new.state][new.id] = None
         self._tasks[new.id] = new
         sid = new.schedule_id
         if sid is not None:
             if new.state in TERMINAL_STATES:
+                self._last_ended[sid] = new.id
                 active = self._active_by_schedule.get(sid)
                 if active is not None:
                     active.pop(new.id, None)
@@ -128,6 +139,11 @@ class MemoryStore(Store):
             lst = self._dependents.get(up_id)
             if lst and old.id in lst:
                 lst.remove(old.id)
+            down = self._downstream.get(up_id)
+            if down is not None:
+                down.pop(old.id, None)
+                if not down:
+                    del self._downstream[up_id]
 
     # -- tasks ------------------------------------------------------------------------------------
     def insert(self, task: Task, *, on_conflict: OnConflict = "error") -> Changed:
@@ -152,6 +168,8 @@ class MemoryStore(Store):
             self._put(old, new)
             for up_id in count.waits_on:
                 self._dependents.setdefault(up_id, []).append(new.id)
+            for up_id in new.after:
+                self._downstream.setdefault(up_id, {})[new.id] = None
             deps = self._settle(new, new.updated) if new.state in TERMINAL_STATES else ()
             return Changed(new, deps)
 
@@ -436,12 +454,16 @@ class MemoryStore(Store):
                 return False
         else:
             del self._by_state[t.state][task_id]
+            self._retrying.pop(task_id, None)
             if t.schedule_id is not None:
                 active = self._active_by_schedule.get(t.schedule_id)
                 if active is not None:
                     active.pop(task_id, None)
+                if self._last_ended.get(t.schedule_id) == task_id:
+                    del self._last_ended[t.schedule_id]
             self._detach_dependent(t)
         self._dependents.pop(task_id, None)
+        self._downstream.pop(task_id, None)
         return True
 
     def prune(
@@ -543,6 +565,73 @@ class MemoryStore(Store):
             out = [self._tasks[i] for s in policy.REPORTED_FAILURES for i in self._by_state[s]]
         out.sort(key=lambda t: t.updated, reverse=True)
         return out[: max(limit, 0)]
+
+    def ended_histogram(
+        self, since: float, *, horizon: float = 3600.0, bucket: float = 60.0
+    ) -> list[tuple[float, dict[TaskState, int]]]:
+        """What ended in ``[since, since + horizon)`` per *bucket*; each terminal state is read
+        backwards in the order tasks entered it, no further than *since*."""
+        n = policy.histogram_buckets(horizon, bucket)
+        rows: list[tuple[int, str, int]] = []
+        end = since + horizon
+        with self._lock:
+            for s in policy.ENDED_STATES:
+                for i in reversed(self._by_state[s]):
+                    u = self._tasks[i].updated
+                    if u < since:
+                        break
+                    if u < end:
+                        rows.append((int((u - since) // bucket), s.value, 1))
+        return policy.ended_histogram(since, bucket, n, rows)
+
+    def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
+        """``(state, due, ended)`` of up to *limit* tasks that ended at or after *since*, the
+        latest first. Each terminal state is read backwards in the order tasks entered it, and
+        no further than its first task that ended before *since*."""
+        out: list[tuple[TaskState, float, float]] = []
+        with self._lock:
+            for s in policy.ENDED_STATES:
+                for n, i in enumerate(reversed(self._by_state[s])):
+                    t = self._tasks[i]
+                    if t.updated < since or n >= limit:
+                        break
+                    out.append((s, t.due, t.updated))
+        out.sort(key=lambda r: r[2], reverse=True)
+        return out[: max(limit, 0)]
+
+    def retrying(self, limit: int) -> list[Task]:
+        """Up to *limit* PENDING tasks with ``attempts > 0``, the soonest due first (kept as a
+        set of ids as tasks enter and leave that condition)."""
+        with self._lock:
+            found = [self._tasks[i] for i in self._retrying]
+        return heapq.nsmallest(max(limit, 0), found, key=lambda t: (t.due, t.id))
+
+    def last_ended(self, schedule_id: str) -> Task | None:
+        """The instance of *schedule_id* that ended last, or None (kept as each one ends; a
+        pruned one is looked for again among the ended tasks)."""
+        with self._lock:
+            t = self._tasks.get(self._last_ended.get(schedule_id, ""))
+            if t is not None and t.state in TERMINAL_STATES:
+                return t
+            found = [
+                self._tasks[i]
+                for s in policy.ENDED_STATES
+                for i in self._by_state[s]
+                if self._tasks[i].schedule_id == schedule_id
+            ]
+            if not found:
+                self._last_ended.pop(schedule_id, None)
+                return None
+            t = max(found, key=lambda x: x.updated)
+            self._last_ended[schedule_id] = t.id
+            return t
+
+    def dependents(self, task_id: str, *, limit: int) -> list[Task]:
+        """Up to *limit* tasks naming *task_id* in their ``after``, by id (an index kept per
+        upstream task)."""
+        with self._lock:
+            ids = sorted(self._downstream.get(task_id, ()))[: max(limit, 0)]
+            return [self._tasks[i] for i in ids if i in self._tasks]
 
     def unresolvable(self) -> dict[str, int]:
         """Always ``{}``: this store keeps function objects, so there is no reference to resolve.

@@ -45,9 +45,12 @@ log = logging.getLogger("timewheel.stores")
 
 __all__ = [
     "CANCELLABLE_STATES",
+    "ENDED_SQL",
+    "ENDED_STATES",
     "MANAGED_TASK_FIELDS",
     "ON_CONFLICT_VALUES",
     "REPORTED_FAILURES",
+    "RETRYING_SQL",
     "SCHEDULE_GONE",
     "ClaimableRefs",
     "DependencyCount",
@@ -62,6 +65,8 @@ __all__ = [
     "dependencies_in_batch",
     "duplicate_in_batch",
     "duplicate_task",
+    "ended_histogram",
+    "ended_rows",
     "existing_in_batch",
     "histogram",
     "histogram_buckets",
@@ -86,6 +91,13 @@ SCHEDULE_GONE = "its schedule was replaced or deleted"
 """The ``error`` of an instance cancelled because its schedule was replaced or deleted."""
 REPORTED_FAILURES = (TaskState.FAILED, TaskState.TIMED_OUT, TaskState.UPSTREAM_FAILED)
 """The states ``recent_failures`` reports."""
+ENDED_STATES: tuple[TaskState, ...] = tuple(sorted(TERMINAL_STATES, key=lambda s: s.value))
+"""The terminal states in a fixed order (the states ``ended_since`` reads)."""
+ENDED_SQL = "state IN (" + ", ".join(f"'{s.value}'" for s in ENDED_STATES) + ")"
+"""The SQL condition on ``state`` of the SQL stores' index of ended tasks, and of the query that
+uses it, written once so the two match exactly (a partial index serves only its own condition)."""
+RETRYING_SQL = "state = 'pending' AND attempts > 0"
+"""The SQL condition of the SQL stores' index of tasks waiting to run again, and of its query."""
 
 
 # -- inserts ---------------------------------------------------------------------------------------
@@ -361,6 +373,27 @@ def histogram_buckets(horizon: float, bucket: float) -> int:
     validate.seconds(horizon, "horizon", above=0, timedelta_ok=False)
     validate.seconds(bucket, "bucket", above=0, timedelta_ok=False)
     return math.ceil(horizon / bucket)
+
+
+_BY_VALUE = {s.value: s for s in TaskState}
+
+
+def ended_rows(rows: Iterable[tuple[str, int, int]]) -> list[tuple[TaskState, float, float]]:
+    """``ended_since``'s answer from ``(state value, due, ended)`` rows (microseconds)."""
+    by_value = _BY_VALUE
+    return [(by_value[s], due / 1e6, ended / 1e6) for s, due, ended in rows]
+
+
+def ended_histogram(
+    since: float, bucket: float, n: int, rows: Iterable[tuple[int, str, int]]
+) -> list[tuple[float, dict[TaskState, int]]]:
+    """``ended_histogram``'s answer from ``(bucket index, state value, count)`` rows."""
+    counts: list[dict[TaskState, int]] = [{} for _ in range(n)]
+    for b, s, k in rows:
+        if 0 <= b < n:
+            state = _BY_VALUE[s]
+            counts[b][state] = counts[b].get(state, 0) + k
+    return [(since + i * bucket, c) for i, c in enumerate(counts)]
 
 
 def histogram(now: float, bucket: float, counts: Iterable[int]) -> list[tuple[float, int]]:

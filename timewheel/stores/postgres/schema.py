@@ -19,10 +19,11 @@ import psycopg
 from psycopg import sql
 
 from timewheel.errors import SchemaVersionError, StoreError
+from timewheel.stores.policy import RETRYING_SQL
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this code writes."""
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -77,6 +78,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             created  BIGINT NOT NULL,
             updated  BIGINT NOT NULL
         )""",
+    ),
+    # 1 -> 2: the dashboard's tasks that have upstream tasks and tasks waiting to run again
+    # (tasks_state serves end times)
+    (
+        "CREATE INDEX tasks_with_upstream ON tasks (id) WHERE after IS NOT NULL",
+        f"CREATE INDEX tasks_retrying ON tasks (due, id) WHERE {RETRYING_SQL}",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

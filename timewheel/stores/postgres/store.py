@@ -27,7 +27,7 @@ from timewheel.stores import policy
 from timewheel.stores.base import Changed, OnConflict, Store
 from timewheel.stores.postgres import schema
 from timewheel.stores.postgres.connections import Conn, Connections
-from timewheel.stores.sqlite.codec import SCHEDULES, TASKS, Row, from_us, to_us
+from timewheel.stores.sqlite.codec import SCHEDULES, TASKS, Row, from_us, to_us, upstream_entry
 from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, check_transition
 
 __all__ = ["PostgresStore"]
@@ -730,6 +730,58 @@ class PostgresStore(Store):
             (sts, max(limit, 0)),
         )
         return [TASKS.decode(r) for r in rows]
+
+    def ended_histogram(
+        self, since: float, *, horizon: float = 3600.0, bucket: float = 60.0
+    ) -> list[tuple[float, dict[TaskState, int]]]:
+        """What ended in ``[since, since + horizon)`` per *bucket*, counted along the index of
+        ended tasks by end time."""
+        n = policy.histogram_buckets(horizon, bucket)
+        start, width = to_us(since), to_us(bucket)
+        rows = self._read(
+            f"SELECT (updated - %s) / %s, state, count(*) FROM tasks WHERE "
+            f"{policy.ENDED_SQL} AND updated >= %s AND updated < %s GROUP BY 1, 2",
+            (start, width, start, start + to_us(horizon)),
+        )
+        return policy.ended_histogram(since, bucket, n, rows)
+
+    def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
+        """``(state, due, ended)`` of up to *limit* tasks that ended at or after *since*, the
+        latest first (along the index of ended tasks by end time)."""
+        rows = self._read(
+            f"SELECT state, due, updated FROM tasks WHERE {policy.ENDED_SQL} "
+            f"AND updated >= %s ORDER BY updated DESC, id LIMIT %s",
+            (to_us(since), max(limit, 0)),
+        )
+        return policy.ended_rows(rows)
+
+    def retrying(self, limit: int) -> list[Task]:
+        """Up to *limit* PENDING tasks with ``attempts > 0``, the soonest due first (along
+        their own index)."""
+        rows = self._read(
+            f"{_SEL} WHERE {policy.RETRYING_SQL} ORDER BY due, id LIMIT %s",
+            (max(limit, 0),),
+        )
+        return [TASKS.decode(r) for r in rows]
+
+    def last_ended(self, schedule_id: str) -> Task | None:
+        """The instance of *schedule_id* that ended last, or None (along the schedule index)."""
+        rows = self._read(
+            f"{_SEL} WHERE schedule_id = %s AND {policy.ENDED_SQL} "
+            "ORDER BY updated DESC, id DESC LIMIT 1",
+            (schedule_id,),
+        )
+        return TASKS.decode(rows[0]) if rows else None
+
+    def dependents(self, task_id: str, *, limit: int) -> list[Task]:
+        """Up to *limit* tasks naming *task_id* in their ``after``, by id (reads only the
+        tasks that have upstream tasks)."""
+        rows = self._read(
+            _SEL + " WHERE after IS NOT NULL AND strpos(after, %s) > 0 ORDER BY id",
+            (upstream_entry(task_id),),
+        )
+        found = (TASKS.decode(r) for r in rows)
+        return [t for t in found if task_id in t.after][: max(limit, 0)]
 
     # -- lifecycle --------------------------------------------------------------------------------
     @classmethod

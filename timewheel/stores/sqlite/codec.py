@@ -39,6 +39,7 @@ __all__ = [
     "from_us",
     "to_us",
     "to_us_optional",
+    "upstream_entry",
 ]
 
 Row = tuple[Any, ...]
@@ -147,6 +148,12 @@ def _enc_after(v: Sequence[str]) -> str | None:
 
 def _dec_after(s: str | None) -> tuple[str, ...]:
     return () if s is None else tuple(json.loads(s))
+
+
+def upstream_entry(task_id: str) -> str:
+    """How *task_id* appears inside a stored ``after`` column (a JSON string): a substring
+    search for it finds every task naming it, and a few whose ids merely contain it."""
+    return _dumps(task_id)
 
 
 def _enc_timeout(v: float | None) -> float | None:

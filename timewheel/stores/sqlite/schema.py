@@ -20,6 +20,7 @@ import sqlite3
 import stat
 
 from timewheel.errors import SchemaVersionError, StoreCorruptError, StoreError
+from timewheel.stores.policy import ENDED_SQL, RETRYING_SQL
 from timewheel.stores.sqlite.connections import (
     Durability,
     Mode,
@@ -38,7 +39,7 @@ __all__ = [
     "open_database",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this code writes (``PRAGMA user_version``)."""
 APPLICATION_ID = 0x54574C31
 """``PRAGMA application_id`` of a timewheel store ("TWL1")."""
@@ -105,6 +106,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             created  INTEGER NOT NULL,
             updated  INTEGER NOT NULL
         )""",
+    ),
+    # 1 -> 2: the dashboard's reads: tasks by end time, tasks that have upstream tasks, tasks
+    # waiting to run again
+    (
+        f"CREATE INDEX tasks_ended ON tasks(updated, state, due) WHERE {ENDED_SQL}",  # covering
+        "CREATE INDEX tasks_with_upstream ON tasks(id) WHERE after IS NOT NULL",
+        f"CREATE INDEX tasks_retrying ON tasks(due, id) WHERE {RETRYING_SQL}",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
