@@ -47,7 +47,7 @@ from timewheel.recurring import Registry, Schedule, interval_of
 from timewheel.refs import Allowlist
 from timewheel.retention import KeepFinished, keep_finished_seconds
 from timewheel.rules import resolve_zone
-from timewheel.runtime import ClockDriver, Runtime, SchedulerStatistics
+from timewheel.runtime import ClockDriver, Runtime, SchedulerStatistics, scheduler_clock
 from timewheel.stores.base import Store, SupportsCompactInsert
 from timewheel.stores.memory import MemoryStore
 from timewheel.task import TaskState
@@ -130,8 +130,8 @@ class Scheduler:
         allow: Iterable[str] | Allowlist | None = None,
         keep_finished: KeepFinished = "default",
     ) -> None:
-        self._clock: Clock = clock if clock is not None else SystemClock()
         self._store: Store = store if store is not None else MemoryStore()
+        self._clock: Clock = scheduler_clock(clock, self._store)
         resolve_zone(timezone)  # an unknown zone is refused here, not at the first cron
         self.timezone = timezone
         self._fake = isinstance(self._clock, DrivingClock)

@@ -21,10 +21,58 @@ from psycopg import sql
 from timewheel.errors import SchemaVersionError, StoreError
 from timewheel.stores.policy import RETRYING_SQL
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]
+__all__ = ["MIGRATIONS", "NOTIFY_WITHIN", "SCHEMA_VERSION", "migrate", "schema_version"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this code writes."""
+
+NOTIFY_WITHIN = 600.0
+"""Inserted tasks due within this many seconds (of the server's clock) are announced to listening
+hosts (:mod:`~timewheel.stores.postgres.notify`); later ones are loaded by the schedulers'
+periodic refills of their wheels (every ``horizon / 2``). Written into the schema's trigger by
+migration 3: changing it takes a migration."""
+
+# The announcement of inserted work (see timewheel.stores.postgres.notify): one statement-level
+# trigger reads the statement's new rows once; the channel is derived from the table's schema.
+_NOTIFY_INSERTED = """CREATE FUNCTION notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+    near bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + {within_us};
+    n bigint;
+    first_due bigint;
+    one_id text;
+    one_schedule text;
+    readies bigint;
+    payload text;
+    origin text;
+BEGIN
+    SELECT count(*) FILTER (WHERE state = 'pending' AND unmet = 0 AND due < near),
+           min(due) FILTER (WHERE state = 'pending' AND unmet = 0 AND due < near),
+           min(id) FILTER (WHERE state = 'pending' AND unmet = 0 AND due < near),
+           min(schedule_id) FILTER (WHERE state = 'pending' AND unmet = 0 AND due < near),
+           count(*) FILTER (WHERE state = 'ready')
+      INTO n, first_due, one_id, one_schedule, readies
+      FROM inserted;
+    IF n = 0 AND readies = 0 THEN
+        RETURN NULL;
+    END IF;
+    origin := coalesce(current_setting('timewheel.origin', true), '');
+    IF n = 1 THEN
+        payload := json_build_array('p', origin, first_due, one_schedule, one_id)::text;
+        IF octet_length(payload) > 7000 THEN
+            payload := NULL;
+        END IF;
+    END IF;
+    IF n > 0 THEN
+        PERFORM pg_notify('timewheel_' || md5(TG_TABLE_SCHEMA),
+                          coalesce(payload, json_build_array('m', origin, first_due)::text));
+    END IF;
+    IF readies > 0 THEN
+        PERFORM pg_notify('timewheel_' || md5(TG_TABLE_SCHEMA),
+                          json_build_array('r', origin)::text);
+    END IF;
+    RETURN NULL;
+END
+$fn$""".replace("{within_us}", str(round(NOTIFY_WITHIN * 1_000_000)))
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 0 -> 1: the initial schema
@@ -84,6 +132,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         "CREATE INDEX tasks_with_upstream ON tasks (id) WHERE after IS NOT NULL",
         f"CREATE INDEX tasks_retrying ON tasks (due, id) WHERE {RETRYING_SQL}",
+    ),
+    # 2 -> 3: inserted work due soon is announced to listening hosts (LISTEN/NOTIFY)
+    (
+        _NOTIFY_INSERTED,
+        "CREATE TRIGGER tasks_inserted AFTER INSERT ON tasks REFERENCING NEW TABLE AS inserted "
+        "FOR EACH STATEMENT EXECUTE FUNCTION notify_inserted()",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
