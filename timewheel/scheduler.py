@@ -78,6 +78,8 @@ class Scheduler:
 
     Args:
         clock: where time comes from (default :class:`SystemClock`; tests pass a ``FakeClock``).
+            On a store that keeps a server clock (PostgreSQL) a real-time clock is read
+            corrected to the server's (:attr:`clock` is then that corrected clock).
         store: where tasks live (default a new :class:`MemoryStore`).
         dispatcher: who runs due tasks (default ``ThreadPoolDispatcher()``).
         tick: the timing wheel's finest slot, in seconds (0.001 to 1).
@@ -89,7 +91,8 @@ class Scheduler:
         batch: most tasks moved PENDING -> READY in one store step.
         poll_interval: with a durable store shared by several processes, how often (seconds)
             the store is polled for tasks other processes scheduled or made ready; such a task
-            runs at most this late.
+            runs at most this late. A store that notifies (PostgreSQL) tells the scheduler at
+            once, and the poll is only the fallback for lost notifications.
         allow: the modules and packages whose functions this scheduler runs from import paths
             read from its store (``["myapp.jobs", "myapp.billing"]``: those modules and the
             modules inside them), or a :class:`~timewheel.refs.Allowlist`. Registered names

@@ -73,7 +73,8 @@ class AsyncScheduler:
 
     Args:
         clock: where time comes from (default :class:`SystemClock`; tests pass a ``FakeClock``
-            and advance it with ``await clock.advance_async(...)``).
+            and advance it with ``await clock.advance_async(...)``). On a store that keeps a
+            server clock (PostgreSQL) a real-time clock is read corrected to the server's.
         store: where tasks live (default a new :class:`MemoryStore`).
         concurrency: most tasks running at once.
         threads: most plain (non-async) functions running at once, each in a thread of the
