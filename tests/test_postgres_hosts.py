@@ -360,3 +360,37 @@ def test_polling_covers_a_listening_connection_that_cannot_come_back(
 
 def test_a_listener_is_a_work_listener() -> None:
     assert isinstance(Heard(), WorkListener)
+
+
+def test_a_version_1_schema_is_upgraded_with_its_tasks(postgres_schemas: Schemas) -> None:
+    from timewheel.stores.postgres.schema import MIGRATIONS
+
+    dsn, name = postgres_schemas()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(name)))
+        conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement.encode())
+        conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    with pytest.raises(tw.errors.SchemaVersionError, match="older"):
+        PostgresStore(dsn, schema=name, create=False)
+    old = PostgresStore(dsn, schema=name, create=True)  # upgraded at open
+    try:
+        old.insert(_task("kept", due=time.time() + 3600))
+        heard = Heard()
+        stop = old.listen(heard)
+        try:
+            assert old.listener().wait_connected(30)
+            other = PostgresStore(dsn, schema=name, create=False)
+            try:
+                other.insert(_task("soon", due=time.time() + 1))
+            finally:
+                other.close()
+            assert heard.next() == ("changed", (True, True))
+            assert heard.next()[1][0] == "soon"  # type: ignore[index]
+        finally:
+            stop()
+        assert old.get("kept").state is TaskState.PENDING
+    finally:
+        old.close()
