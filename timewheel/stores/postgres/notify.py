@@ -2,12 +2,16 @@
 
 Each store schema has one channel, :func:`channel` of its name. What is announced on it:
 
-* a statement that inserts PENDING, runnable tasks due within :data:`NOTIFY_WITHIN` seconds (by
-  the server's clock) announces them, from a trigger on the ``tasks`` table (schema version 3),
-  whoever inserts: one task as ``["p", origin, due_us, schedule_id, id]``, several as
-  ``["m", origin, first_due_us]``;
+* every inserted PENDING, runnable task due within :data:`NOTIFY_WITHIN` seconds (by the
+  server's clock), from a row trigger on the ``tasks`` table (schema version 3), whoever
+  inserts: ``["p", origin, due_us, schedule_id, id]``. Its ``WHEN`` clause lets other rows pass
+  for the price of a comparison, and the function runs no query;
+* a bulk insert instead sets ``timewheel.quiet`` for its transaction (rows pass the trigger)
+  and announces once, ``["m", origin, first_due_us]``: listeners look in the store. Successors
+  of recurring instances are inserted quietly and not announced: every host carrying a schedule
+  computes them itself;
 * work made READY (a promotion, a release, a READY row inserted) as ``["r", origin]``, once per
-  transaction.
+  transaction (identical notifications in one transaction are delivered once).
 
 *origin* is the token of the store object whose pooled connection wrote (each connection sets
 ``timewheel.origin``); a store ignores what it announced itself. A notification is delivered
@@ -42,7 +46,14 @@ from timewheel.stores.postgres.connections import Conn
 from timewheel.stores.postgres.schema import NOTIFY_WITHIN
 from timewheel.stores.sqlite.codec import from_us
 
-__all__ = ["NOTIFY_WITHIN", "RECONNECT_MAX", "Listener", "channel", "ready_payload"]
+__all__ = [
+    "NOTIFY_WITHIN",
+    "RECONNECT_MAX",
+    "Listener",
+    "channel",
+    "many_payload",
+    "ready_payload",
+]
 
 log = logging.getLogger("timewheel.stores.postgres")
 
@@ -56,6 +67,12 @@ def channel(schema: str) -> str:
     """The notification channel of the store in *schema* (the same as the schema's trigger
     computes: ``'timewheel_' || md5(schema)``, short enough for any schema name)."""
     return "timewheel_" + hashlib.md5(schema.encode(), usedforsecurity=False).hexdigest()
+
+
+def many_payload(origin: str, first_due_us: int) -> str:
+    """The payload announcing several PENDING tasks inserted together by the store whose token
+    is *origin*, the earliest due at *first_due_us* (listeners look in the store)."""
+    return json.dumps(["m", origin, first_due_us])
 
 
 def ready_payload(origin: str) -> str:

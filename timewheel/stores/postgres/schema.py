@@ -32,47 +32,34 @@ hosts (:mod:`~timewheel.stores.postgres.notify`); later ones are loaded by the s
 periodic refills of their wheels (every ``horizon / 2``). Written into the schema's trigger by
 migration 3: changing it takes a migration."""
 
-# The announcement of inserted work (see timewheel.stores.postgres.notify): one statement-level
-# trigger reads the statement's new rows once; the channel is derived from the table's schema.
-_NOTIFY_INSERTED = """CREATE FUNCTION notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $fn$
+# The announcement of inserted work (see timewheel.stores.postgres.notify): a row trigger whose
+# WHEN clause lets far-future rows, blocked rows and bulk inserts (a transaction that set
+# timewheel.quiet announces once itself) pass for the price of a comparison; the function runs
+# no query. The channel is derived from the table's schema.
+_NOTIFY_FUNCTION = """CREATE FUNCTION notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE
-    near bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + {within_us};
-    n bigint;
-    first_due bigint;
-    one_id text;
-    one_schedule text;
-    readies bigint;
+    origin text := coalesce(current_setting('timewheel.origin', true), '');
     payload text;
-    origin text;
 BEGIN
-    SELECT count(*) FILTER (WHERE state = 'pending' AND unmet = 0 AND due < near),
-           min(due) FILTER (WHERE state = 'pending' AND unmet = 0 AND due < near),
-           min(id) FILTER (WHERE state = 'pending' AND unmet = 0 AND due < near),
-           min(schedule_id) FILTER (WHERE state = 'pending' AND unmet = 0 AND due < near),
-           count(*) FILTER (WHERE state = 'ready')
-      INTO n, first_due, one_id, one_schedule, readies
-      FROM inserted;
-    IF n = 0 AND readies = 0 THEN
-        RETURN NULL;
-    END IF;
-    origin := coalesce(current_setting('timewheel.origin', true), '');
-    IF n = 1 THEN
-        payload := json_build_array('p', origin, first_due, one_schedule, one_id)::text;
+    IF NEW.state = 'ready' THEN
+        payload := json_build_array('r', origin)::text;
+    ELSE
+        payload := json_build_array('p', origin, NEW.due, NEW.schedule_id, NEW.id)::text;
         IF octet_length(payload) > 7000 THEN
-            payload := NULL;
+            payload := json_build_array('m', origin, NEW.due)::text;
         END IF;
     END IF;
-    IF n > 0 THEN
-        PERFORM pg_notify('timewheel_' || md5(TG_TABLE_SCHEMA),
-                          coalesce(payload, json_build_array('m', origin, first_due)::text));
-    END IF;
-    IF readies > 0 THEN
-        PERFORM pg_notify('timewheel_' || md5(TG_TABLE_SCHEMA),
-                          json_build_array('r', origin)::text);
-    END IF;
+    PERFORM pg_notify('timewheel_' || md5(TG_TABLE_SCHEMA), payload);
     RETURN NULL;
 END
-$fn$""".replace("{within_us}", str(round(NOTIFY_WITHIN * 1_000_000)))
+$fn$"""
+_NOTIFY_TRIGGER = (
+    "CREATE TRIGGER tasks_inserted AFTER INSERT ON tasks FOR EACH ROW "
+    "WHEN (NEW.unmet = 0 AND (NEW.state = 'ready' OR (NEW.state = 'pending' "
+    "AND NEW.due < (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + {within_us})) "
+    "AND current_setting('timewheel.quiet', true) IS DISTINCT FROM 'on') "
+    "EXECUTE FUNCTION notify_inserted()"
+).replace("{within_us}", str(round(NOTIFY_WITHIN * 1_000_000)))
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 0 -> 1: the initial schema
@@ -134,11 +121,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         f"CREATE INDEX tasks_retrying ON tasks (due, id) WHERE {RETRYING_SQL}",
     ),
     # 2 -> 3: inserted work due soon is announced to listening hosts (LISTEN/NOTIFY)
-    (
-        _NOTIFY_INSERTED,
-        "CREATE TRIGGER tasks_inserted AFTER INSERT ON tasks REFERENCING NEW TABLE AS inserted "
-        "FOR EACH STATEMENT EXECUTE FUNCTION notify_inserted()",
-    ),
+    (_NOTIFY_FUNCTION, _NOTIFY_TRIGGER),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

@@ -32,7 +32,7 @@ from timewheel.stores.base import Changed, OnConflict, Store, WorkListener
 from timewheel.stores.postgres import schema
 from timewheel.stores.postgres.clocks import CLOCK_WARNING, ServerClocks, measure
 from timewheel.stores.postgres.connections import Conn, Connections
-from timewheel.stores.postgres.notify import Listener, channel, ready_payload
+from timewheel.stores.postgres.notify import Listener, channel, many_payload, ready_payload
 from timewheel.stores.sqlite.codec import SCHEDULES, TASKS, Row, from_us, to_us, upstream_entry
 from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, check_transition
 
@@ -45,6 +45,7 @@ _STATES = {s.value: s for s in TaskState}
 _RUN = TaskState.RUNNING
 
 _ID = TASKS.position["id"]
+_DUE = TASKS.position["due"]
 _STATE = TASKS.position["state"]
 _VERSION = TASKS.position["version"]
 _LEASE_OWNER = TASKS.position["lease_owner"]
@@ -76,6 +77,7 @@ _CLAIM = (
 )
 # the server's clock, once per statement, in epoch microseconds
 _SERVER_NOW = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+_WITHIN_US = round(schema.NOTIFY_WITHIN * 1_000_000)
 # promotion: the server's time is returned with the moved rows (a row of NULLs when none moved),
 # and READY work is announced (once per transaction) when some moved; on the server's clock
 # ({guard}) a task not yet due by the server is left PENDING
@@ -262,6 +264,20 @@ class PostgresStore(Store):
         if self._clocks.due():
             self._clocks.remeasure(conn, "periodically")
 
+    def _quiet(self, conn: Conn) -> None:
+        """The rest of this transaction inserts without a notification per row: a bulk insert
+        announces itself once (:meth:`_announce_many`)."""
+        conn.execute("SELECT set_config('timewheel.quiet', 'on', true)")
+
+    def _announce_many(self, conn: Conn, first_due_us: int) -> None:
+        """Tell listening hosts to look for PENDING work bulk-inserted in this transaction, the
+        earliest due at *first_due_us*, if that is within ``NOTIFY_WITHIN`` of the server's
+        clock (as the row trigger decides)."""
+        conn.execute(
+            f"SELECT pg_notify(%s, %s) WHERE %s < {_SERVER_NOW} + %s",
+            (self._channel, many_payload(self.origin, first_due_us), first_due_us, _WITHIN_US),
+        )
+
     def _announce_ready(self, conn: Conn) -> None:
         """Tell listening hosts that READY work is there (once per transaction)."""
         conn.execute("SELECT pg_notify(%s, %s)", (self._channel, self._ready_note))
@@ -385,8 +401,10 @@ class PostgresStore(Store):
             ).fetchone()
             if found is not None:
                 raise policy.existing_in_batch(found[0], len(rows))
+            self._quiet(conn)
             with conn.cursor() as cur:
                 cur.executemany(_INS.encode(), rows)
+            self._announce_many(conn, min(r[_DUE] for r in rows))
 
         self._write("inserting tasks", work)
 
@@ -453,7 +471,9 @@ class PostgresStore(Store):
                 server_now[:] = [got[0][0]]
                 rows = [r[2:] for r in got if r[2] is not None]
             if succ_rows:
-                # deterministic instance ids: a slot another host materialised is kept
+                # deterministic instance ids: a slot another host materialised is kept; not
+                # announced: each host carrying the schedule computes its successors itself
+                self._quiet(conn)
                 with conn.cursor() as cur:
                     cur.executemany(_INS_IGNORE.encode(), succ_rows)
             return rows
