@@ -130,6 +130,35 @@ def test_a_skewed_host_reads_the_servers_clock_and_is_warned(
     assert tw.Scheduler(store=a, clock=fake).clock is fake
 
 
+def _kill_pool(store: PostgresStore) -> None:
+    with psycopg.connect(postgres_dsn(), autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = "
+            "current_database() AND application_name = 'timewheel' AND pid <> %s",
+            (store.listener().backend_pid or 0,),
+        )
+
+
+def test_the_offset_is_measured_again_on_reconnect_and_when_the_server_finds_it_ahead(
+    two: tuple[PostgresStore, PostgresStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    a, _ = two
+    host = ShiftedClock(SystemClock(), SKEW)
+    corrected = a.server_clock(host)
+    with caplog.at_level(logging.WARNING, logger="timewheel.stores.postgres"):
+        host.shift = 2 * SKEW  # the host's clock is stepped five seconds further
+        _kill_pool(a)
+        a.find("x")  # a new connection: measured again
+    assert abs(corrected.time() - _server_now(postgres_dsn())) < SKEW / 5
+    assert re.search(r"clock is 10\.\d{3} s ahead", caplog.text)
+    host.shift = 3 * SKEW  # stepped again, no reconnect: the corrected clock runs ahead
+    now = corrected.time()
+    a.insert(_task("soon", due=now - SKEW / 2))  # due by this clock, not by the server's
+    assert a.promote(["soon"], now) == []  # refused on the server's clock, and measured again
+    assert corrected.time() <= _server_now(postgres_dsn())
+    assert a.get("soon").state is TaskState.PENDING
+
+
 def test_on_the_server_clock_nothing_is_promoted_early_nor_a_live_lease_reaped(
     two: tuple[PostgresStore, PostgresStore],
 ) -> None:
@@ -392,3 +421,29 @@ def test_a_version_1_schema_is_upgraded_with_its_tasks(postgres_schemas: Schemas
         assert old.get("kept").state is TaskState.PENDING
     finally:
         old.close()
+
+
+def test_an_async_scheduler_hears_another_host_too(
+    two: tuple[PostgresStore, PostgresStore], tmp_path: Path
+) -> None:
+    import asyncio
+
+    from timewheel.aio import AsyncScheduler
+
+    a, b = two
+    log = tmp_path / "runs.log"
+
+    async def main() -> None:
+        async with AsyncScheduler(
+            store=b, poll_interval=3600, horizon=3600, allow=["tests.apps"]
+        ) as sched:
+            assert isinstance(sched.clock, ShiftedClock)  # on the server's clock
+            assert await asyncio.to_thread(b.listener().wait_connected, 30)
+            other = tw.Scheduler(store=a, dispatcher=tw.NullDispatcher(), allow=["tests.apps"])
+            job = other.schedule(record, "async", str(log), delay=0.5)
+            end = time.monotonic() + 30
+            while b.get(job.id).state is not TaskState.SUCCEEDED and time.monotonic() < end:
+                await asyncio.sleep(0.05)
+            assert b.get(job.id).state is TaskState.SUCCEEDED
+
+    asyncio.run(main())
