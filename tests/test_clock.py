@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from timewheel.clock import Clock, SystemClock, to_datetime, to_timestamp
+from timewheel.clock import Clock, ShiftedClock, SystemClock, to_datetime, to_timestamp
 from timewheel.errors import InvalidScheduleError
 from timewheel.testing import FakeClock
 
@@ -100,3 +100,18 @@ def test_datetime_conversions() -> None:
     assert to_datetime(to_timestamp(dt)) == dt
     with pytest.raises(InvalidScheduleError, match=r"naive datetime .* attach"):
         to_timestamp(datetime(2026, 3, 29))
+
+
+def test_shifted_clock_moves_instants_only() -> None:
+    fake = FakeClock(start=datetime(2026, 3, 29, tzinfo=timezone.utc))
+    ahead = ShiftedClock(fake, 5.0)
+    assert ahead.time() == fake.time() + 5.0
+    assert ahead.now() == datetime(2026, 3, 29, 0, 0, 5, tzinfo=timezone.utc)
+    assert ahead.monotonic() == fake.monotonic()  # waits are the base clock's
+    ahead.shift = -2.5  # may change at any time (a store re-measuring its server's clock)
+    assert ahead.time() == fake.time() - 2.5
+    cond = threading.Condition()
+    with cond:
+        ahead.wait(cond, 0)
+    assert isinstance(ahead, Clock)
+    assert repr(ahead) == f"ShiftedClock({fake!r}, -2.500000)"

@@ -21,6 +21,7 @@ __all__ = [
     "Clock",
     "Driven",
     "DrivingClock",
+    "ShiftedClock",
     "SystemClock",
     "to_datetime",
     "to_timestamp",
@@ -128,6 +129,43 @@ class SystemClock:
 
     def __repr__(self) -> str:
         return "SystemClock()"
+
+
+class ShiftedClock:
+    """Another clock's time moved by ``shift`` seconds: ``time() == base.time() + shift``.
+
+    Waiting and the monotonic reading are *base*'s, so sleeps are unchanged; only the instants
+    move. ``shift`` may be changed at any time, from any thread (one float assignment): a store
+    that compares times on its server's clock keeps it equal to minus this host's measured offset
+    (see ``PostgresStore.server_clock``). Tests use it for a host whose clock is wrong:
+    ``Scheduler(clock=ShiftedClock(SystemClock(), 5.0))`` runs five seconds ahead.
+
+    Args:
+        base: the clock read (a real-time clock; a ``FakeClock`` drives time itself and is never
+            shifted).
+        shift: seconds added to *base*'s instants.
+    """
+
+    __slots__ = ("__weakref__", "base", "shift")
+
+    def __init__(self, base: Clock, shift: float = 0.0) -> None:
+        self.base = base
+        self.shift = float(shift)
+
+    def time(self) -> float:
+        return self.base.time() + self.shift
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.time(), UTC)
+
+    def monotonic(self) -> float:
+        return self.base.monotonic()
+
+    def wait(self, cond: threading.Condition, timeout: float | None) -> None:
+        self.base.wait(cond, timeout)
+
+    def __repr__(self) -> str:
+        return f"ShiftedClock({self.base!r}, {self.shift:+.6f})"
 
 
 def to_datetime(ts: float) -> datetime:

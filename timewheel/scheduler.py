@@ -47,7 +47,7 @@ from timewheel.recurring import Registry, Schedule, interval_of
 from timewheel.refs import Allowlist
 from timewheel.retention import KeepFinished, keep_finished_seconds
 from timewheel.rules import resolve_zone
-from timewheel.runtime import ClockDriver, Runtime, SchedulerStatistics
+from timewheel.runtime import ClockDriver, Runtime, SchedulerStatistics, scheduler_clock
 from timewheel.stores.base import Store, SupportsCompactInsert
 from timewheel.stores.memory import MemoryStore
 from timewheel.task import TaskState
@@ -78,6 +78,8 @@ class Scheduler:
 
     Args:
         clock: where time comes from (default :class:`SystemClock`; tests pass a ``FakeClock``).
+            On a store that keeps a server clock (PostgreSQL) a real-time clock is read
+            corrected to the server's (:attr:`clock` is then that corrected clock).
         store: where tasks live (default a new :class:`MemoryStore`).
         dispatcher: who runs due tasks (default ``ThreadPoolDispatcher()``).
         tick: the timing wheel's finest slot, in seconds (0.001 to 1).
@@ -89,7 +91,8 @@ class Scheduler:
         batch: most tasks moved PENDING -> READY in one store step.
         poll_interval: with a durable store shared by several processes, how often (seconds)
             the store is polled for tasks other processes scheduled or made ready; such a task
-            runs at most this late.
+            runs at most this late. A store that notifies (PostgreSQL) tells the scheduler at
+            once, and the poll is only the fallback for lost notifications.
         allow: the modules and packages whose functions this scheduler runs from import paths
             read from its store (``["myapp.jobs", "myapp.billing"]``: those modules and the
             modules inside them), or a :class:`~timewheel.refs.Allowlist`. Registered names
@@ -130,8 +133,8 @@ class Scheduler:
         allow: Iterable[str] | Allowlist | None = None,
         keep_finished: KeepFinished = "default",
     ) -> None:
-        self._clock: Clock = clock if clock is not None else SystemClock()
         self._store: Store = store if store is not None else MemoryStore()
+        self._clock: Clock = scheduler_clock(clock, self._store)
         resolve_zone(timezone)  # an unknown zone is refused here, not at the first cron
         self.timezone = timezone
         self._fake = isinstance(self._clock, DrivingClock)

@@ -14,7 +14,10 @@ is due at ``now`` (:meth:`Trigger.fire` repeats steps until nothing due is left)
 4. pre-warm herds: a second holding ``herd_size`` or more recurring instances that comes within
    ``prewarm_ahead`` seconds is prepared in small slices during the time before it (below);
 5. with a durable store, keep the wheel filled with the next ``horizon`` seconds of the store, and
-   poll for work other processes scheduled or made ready;
+   poll for work other processes scheduled or made ready (a store that notifies, such as
+   PostgreSQL's, tells the trigger at once: :meth:`Trigger.work_scheduled` places another
+   process's task in the wheel, :meth:`Trigger.work_changed` has the next step look in the
+   store; the poll then only covers lost notifications);
 6. delete finished tasks past their retention, at most one bounded batch per call
    (:mod:`timewheel.retention`).
 
@@ -51,7 +54,7 @@ from timewheel.errors import DuplicateKeyError, VersionConflictError
 from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
 from timewheel.retention import Retention
-from timewheel.stores.base import Changed, Store
+from timewheel.stores.base import Changed, Store, SupportsNotifications
 from timewheel.task import Task, TaskState
 from timewheel.wheel import TimingWheel, bucket_width
 
@@ -209,7 +212,10 @@ class Trigger:
         batch: most tasks moved PENDING -> READY in one store step.
         horizon: with a durable store, how far ahead the wheel holds the store's tasks.
         poll_interval: with a durable store, how often to look for other processes' work
-            (``None``: never, when nothing else writes to the store or time is fake).
+            (``None``: never, when nothing else writes to the store or time is fake). With a
+            store that notifies (:class:`~timewheel.stores.base.SupportsNotifications`) the
+            trigger also listens from :meth:`start` to :meth:`stop`, and the poll is the
+            fallback for lost notifications.
         served: the queue names the dispatcher serves (``None``: all).
         planner: plans recurring instances; ``None`` treats every task as one-shot.
         outcomes: told about expired leases and skipped instances.
@@ -311,6 +317,10 @@ class Trigger:
         self._refilled_until = -math.inf
         self._next_reap = -math.inf
         self._next_poll = -math.inf
+        # set by notifications from other processes (any thread), done by the next step
+        self._look_pending = False
+        self._look_ready = False
+        self._unlisten: Callable[[], None] | None = None
         ready.on_low = self._on_ready_low
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -319,10 +329,44 @@ class Trigger:
         self.active = True
         self.refill_wheel(now)
         self.backlog = True  # pick up READY tasks left in a durable store
+        store = self.store
+        if self.poll_interval is not None and isinstance(store, SupportsNotifications):
+            self._unlisten = store.listen(self)
 
     def stop(self) -> None:
-        """Stop asking for deadlines (what is in the wheel stays there)."""
+        """Stop asking for deadlines (what is in the wheel stays there) and stop listening."""
         self.active = False
+        unlisten, self._unlisten = self._unlisten, None
+        if unlisten is not None:
+            unlisten()
+
+    # -- what other processes did (the WorkListener protocol) -----------------------------------
+    def work_scheduled(self, entries: Sequence[tuple[str, float, str | None]]) -> None:
+        """Another process inserted these PENDING tasks ``(id, due, schedule_id)``: those within
+        the wheel's horizon are placed at once (the rest come with a later refill), and the loop
+        wakes if one is due before its planned wake-up. Called from the store's thread."""
+        if not self.active:
+            return
+        until = self._refilled_until
+        near = [e for e in entries if e[1] < until]
+        if not near:
+            return
+        self._load(near)
+        if self.waker is not None:
+            self.waker(min(e[1] for e in near))
+
+    def work_changed(self, *, pending: bool, ready: bool) -> None:
+        """Another process inserted PENDING work due soon (*pending*: the next step loads the
+        wheel's horizon from the store) or made work READY (*ready*: the next step refills the
+        ready queue, which wakes idle workers). Called from the store's thread."""
+        if not self.active:
+            return
+        if pending:
+            self._look_pending = True
+        if ready:
+            self._look_ready = True
+        if self.waker is not None:
+            self.waker(None)
 
     # -- placing tasks in the wheel --------------------------------------------------------------
     def index(self, task: Task) -> None:
@@ -465,8 +509,13 @@ class Trigger:
             self._drop_passed(now)
         if self.backlog and self._refill_due():
             self.refill_ready()
-        if self.durable and now + self.horizon / 2 >= self._refilled_until:
+        if self._look_pending or (self.durable and now + self.horizon / 2 >= self._refilled_until):
+            self._look_pending = False  # before the query: a later notification looks again
             self.refill_wheel(now)
+        if self._look_ready:
+            self._look_ready = False
+            if self.ready.free:
+                self.refill_ready()
         if self.retention is not None:
             self.retention.step(now)  # bounded: at most one batch, at most every few seconds
         polling = self.durable and self.poll_interval is not None
@@ -666,7 +715,12 @@ class Trigger:
             if task_id not in done:
                 task = self.store.find(task_id)
                 if task is not None and task.state is _P and task.unmet == 0:
-                    self.index(task)
+                    # back in the wheel, never promoted from here: a store comparing on its
+                    # server's clock refuses a task that clock does not find due yet, and the
+                    # loop's next step tries again
+                    self._load([(task.id, task.due, task.schedule_id)])
+                    if self.waker is not None:
+                        self.waker(task.due)
 
     # -- herds ------------------------------------------------------------------------------------
     def _drop_passed(self, now: float) -> None:

@@ -49,3 +49,38 @@ def serve(dsn: str, schema: str, lease: float) -> None:
     ):
         while True:
             time.sleep(1)
+
+
+def stamp(dsn: str, path: str, tag: str, pause: float = 0.0) -> str:
+    """Log ``S tag due server_now pid`` at the start, where *server_now* is read from the
+    server's clock; work for *pause* seconds; log ``F tag pid``."""
+    import psycopg
+
+    task = tw.current_task()
+    assert task is not None
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+    assert row is not None
+    append(path, f"S {tag} {task.due!r} {float(row[0])!r} {os.getpid()}")
+    time.sleep(pause)
+    append(path, f"F {tag} {os.getpid()}")
+    return tag
+
+
+def skewed_host(dsn: str, schema: str, shift: float, lease: float, ready_path: str) -> None:
+    """A "host" whose clock is *shift* seconds off: a scheduler with workers on the store, run
+    until the process is killed; writes *ready_path* once it listens."""
+    from timewheel.clock import ShiftedClock, SystemClock
+
+    store = PostgresStore(dsn, schema=schema, create=False)
+    with tw.Scheduler(
+        store=store,
+        clock=ShiftedClock(SystemClock(), shift),
+        lease=lease,
+        poll_interval=0.5,
+        allow=["tests.apps"],
+    ):
+        store.listener().wait_connected(30)
+        append(ready_path, f"{os.getpid()}")
+        while True:
+            time.sleep(1)

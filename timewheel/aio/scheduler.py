@@ -45,7 +45,7 @@ from timewheel.recurring import Registry, Schedule, interval_of
 from timewheel.refs import Allowlist
 from timewheel.retention import KeepFinished, keep_finished_seconds
 from timewheel.rules import resolve_zone
-from timewheel.runtime import Runtime, SchedulerStatistics
+from timewheel.runtime import Runtime, SchedulerStatistics, scheduler_clock
 from timewheel.stores.base import Store, SupportsCompactInsert
 from timewheel.stores.memory import MemoryStore
 from timewheel.task import TERMINAL_STATES, Task, TaskState
@@ -73,7 +73,8 @@ class AsyncScheduler:
 
     Args:
         clock: where time comes from (default :class:`SystemClock`; tests pass a ``FakeClock``
-            and advance it with ``await clock.advance_async(...)``).
+            and advance it with ``await clock.advance_async(...)``). On a store that keeps a
+            server clock (PostgreSQL) a real-time clock is read corrected to the server's.
         store: where tasks live (default a new :class:`MemoryStore`).
         concurrency: most tasks running at once.
         threads: most plain (non-async) functions running at once, each in a thread of the
@@ -122,8 +123,8 @@ class AsyncScheduler:
         allow: Iterable[str] | Allowlist | None = None,
         keep_finished: KeepFinished = "default",
     ) -> None:
-        self._clock: Clock = clock if clock is not None else SystemClock()
         self._store: Store = store if store is not None else MemoryStore()
+        self._clock: Clock = scheduler_clock(clock, self._store)
         self._dispatcher = AsyncDispatcher(
             concurrency,
             threads=threads,

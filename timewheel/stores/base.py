@@ -10,7 +10,10 @@ protocol that callers test with one ``isinstance`` check:
 
 * :class:`SupportsCompactInsert`: cheap inserts of fresh tasks with default options;
 * :class:`SupportsInspection`: the read-only queries behind ``timewheel inspect``;
-* :class:`SupportsMaintenance`: housekeeping the scheduler's trigger runs now and then.
+* :class:`SupportsMaintenance`: housekeeping the scheduler's trigger runs now and then;
+* :class:`SupportsServerClock`: a server whose clock every host's times are compared on;
+* :class:`SupportsNotifications`: tells listening processes about work other processes added
+  or made READY (a :class:`WorkListener` hears it), so they need not wait for their next poll.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
+from timewheel.clock import Clock
 from timewheel.task import ScheduleRecord, Task, TaskState
 
 __all__ = [
@@ -27,6 +31,9 @@ __all__ = [
     "SupportsCompactInsert",
     "SupportsInspection",
     "SupportsMaintenance",
+    "SupportsNotifications",
+    "SupportsServerClock",
+    "WorkListener",
 ]
 
 OnConflict = Literal["error", "keep", "replace"]
@@ -329,4 +336,48 @@ class SupportsMaintenance(Protocol):
 
     def maintain(self, now: float) -> None:
         """Do a short piece of housekeeping; never waits long for other connections."""
+        ...
+
+
+@runtime_checkable
+class SupportsServerClock(Protocol):
+    """**Protocol:** a store shared by hosts whose times are compared on its server's clock.
+
+    A scheduler on a real-time clock reads time through :meth:`server_clock`, so due times,
+    leases and the wheel's wake-ups are all instants on the server's clock, whatever this host's
+    clock says. A ``FakeClock`` is never corrected: fake time is its own.
+    """
+
+    def server_clock(self, clock: Clock) -> Clock:
+        """*clock* corrected to the server's clock (this host's offset measured now and kept up
+        to date); from then on the store also refuses, on the server's clock, to promote work
+        not yet due or to reap a lease not yet expired."""
+        ...
+
+
+@runtime_checkable
+class WorkListener(Protocol):
+    """**Protocol:** hears from a :class:`SupportsNotifications` store what other processes did
+    (a scheduler's trigger). Called on the store's listening thread: return quickly."""
+
+    def work_scheduled(self, entries: Sequence[tuple[str, float, str | None]]) -> None:
+        """Other processes inserted these PENDING, runnable tasks, due soon: ``(id, due,
+        schedule_id)``, as :meth:`Store.due_before` gives them."""
+        ...
+
+    def work_changed(self, *, pending: bool, ready: bool) -> None:
+        """Look in the store: other processes inserted PENDING work due soon that the
+        notification does not list (*pending*), or made work READY (*ready*); both when
+        notifications may have been lost (the store reconnected)."""
+        ...
+
+
+@runtime_checkable
+class SupportsNotifications(Protocol):
+    """**Protocol:** a store that tells listening processes when another process inserts work
+    due soon or makes work READY (PostgreSQL's ``LISTEN``/``NOTIFY``), so a scheduler learns of
+    it at once instead of at its next poll. Polling still covers lost notifications."""
+
+    def listen(self, listener: WorkListener) -> Callable[[], None]:
+        """Tell *listener* about other processes' work until the returned function is called."""
         ...

@@ -8,11 +8,15 @@ Install the extra: ``pip install 'pytimewheel[postgres]'`` (psycopg 3 and psycop
   other change locks its row and swaps it on ``version``.
 * **Lost connections** are replaced by the pool, and the transaction is run again with backoff
   (see :mod:`~timewheel.stores.postgres.connections`).
-* **Clocks**: due times and leases are compared on the ``now`` each host passes; the store
-  measures and logs a host's offset from the server's clock at open.
+* **Clocks**: due times, leases and wake-ups are instants on the server's clock; each host's
+  scheduler reads its clock corrected by its measured offset, and promotions and lease reaping
+  check the server's clock in SQL (:mod:`~timewheel.stores.postgres.clocks`).
+* **Wake-ups**: work inserted due soon and work made READY are announced with ``NOTIFY``; each
+  process listens from one connection outside the pool (:mod:`~timewheel.stores.postgres.notify`).
 
 The package's modules: :mod:`~timewheel.stores.postgres.schema` (tables, version, migrations),
-:mod:`~timewheel.stores.postgres.connections` (pool, retries, redacted connection strings) and
+:mod:`~timewheel.stores.postgres.connections` (pool, retries, redacted connection strings),
+:mod:`~timewheel.stores.postgres.clocks`, :mod:`~timewheel.stores.postgres.notify` and
 :mod:`~timewheel.stores.postgres.store` (the operations).
 """
 

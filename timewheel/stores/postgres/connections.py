@@ -100,6 +100,10 @@ class Connections:
         max_size: the pool's size.
         retries: how many times a failed transaction is run again.
         connect_timeout: seconds to wait for a connection.
+        origin: set as ``timewheel.origin`` on every pooled connection (the token that marks
+            this store's own notifications).
+        on_connect: called with every new pooled connection, configured and idle (a
+            reconnect: the store measures the clock again).
     """
 
     def __init__(
@@ -111,8 +115,12 @@ class Connections:
         max_size: int,
         retries: int,
         connect_timeout: float,
+        origin: str = "",
+        on_connect: Callable[[Conn], None] | None = None,
     ) -> None:
         self.dsn = dsn
+        self.origin = origin
+        self.on_connect = on_connect
         self.where = redact(dsn)
         self.schema = schema
         self.read_only = read_only
@@ -150,9 +158,14 @@ class Connections:
 
     def _configure(self, conn: Conn) -> None:
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        if self.origin:
+            conn.execute("SELECT set_config('timewheel.origin', %s, false)", (self.origin,))
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
         conn.commit()
+        if self.on_connect is not None:
+            self.on_connect(conn)
+            conn.rollback()
 
     def _get_pool(self) -> psycopg_pool.ConnectionPool[Conn]:
         pool = self._pool

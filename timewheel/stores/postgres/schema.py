@@ -21,10 +21,45 @@ from psycopg import sql
 from timewheel.errors import SchemaVersionError, StoreError
 from timewheel.stores.policy import RETRYING_SQL
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]
+__all__ = ["MIGRATIONS", "NOTIFY_WITHIN", "SCHEMA_VERSION", "migrate", "schema_version"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this code writes."""
+
+NOTIFY_WITHIN = 600.0
+"""Inserted tasks due within this many seconds (of the server's clock) are announced to listening
+hosts (:mod:`~timewheel.stores.postgres.notify`); later ones are loaded by the schedulers'
+periodic refills of their wheels (every ``horizon / 2``). Written into the schema's trigger by
+migration 3: changing it takes a migration."""
+
+# The announcement of inserted work (see timewheel.stores.postgres.notify): a row trigger whose
+# WHEN clause lets far-future rows, blocked rows and bulk inserts (a transaction that set
+# timewheel.quiet announces once itself) pass for the price of a comparison; the function runs
+# no query. The channel is derived from the table's schema.
+_NOTIFY_FUNCTION = """CREATE FUNCTION notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+    origin text := coalesce(current_setting('timewheel.origin', true), '');
+    payload text;
+BEGIN
+    IF NEW.state = 'ready' THEN
+        payload := json_build_array('r', origin)::text;
+    ELSE
+        payload := json_build_array('p', origin, NEW.due, NEW.schedule_id, NEW.id)::text;
+        IF octet_length(payload) > 7000 THEN
+            payload := json_build_array('m', origin, NEW.due)::text;
+        END IF;
+    END IF;
+    PERFORM pg_notify('timewheel_' || md5(TG_TABLE_SCHEMA), payload);
+    RETURN NULL;
+END
+$fn$"""
+_NOTIFY_TRIGGER = (
+    "CREATE TRIGGER tasks_inserted AFTER INSERT ON tasks FOR EACH ROW "
+    "WHEN (NEW.unmet = 0 AND (NEW.state = 'ready' OR (NEW.state = 'pending' "
+    "AND NEW.due < (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + {within_us})) "
+    "AND current_setting('timewheel.quiet', true) IS DISTINCT FROM 'on') "
+    "EXECUTE FUNCTION notify_inserted()"
+).replace("{within_us}", str(round(NOTIFY_WITHIN * 1_000_000)))
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 0 -> 1: the initial schema
@@ -85,6 +120,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX tasks_with_upstream ON tasks (id) WHERE after IS NOT NULL",
         f"CREATE INDEX tasks_retrying ON tasks (due, id) WHERE {RETRYING_SQL}",
     ),
+    # 2 -> 3: inserted work due soon is announced to listening hosts (LISTEN/NOTIFY)
+    (_NOTIFY_FUNCTION, _NOTIFY_TRIGGER),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

@@ -9,7 +9,10 @@ settle is the shared :mod:`~timewheel.stores.policy`.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
+import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -17,6 +20,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 
 from timewheel import validate
+from timewheel.clock import Clock, SystemClock
 from timewheel.errors import (
     InvalidScheduleError,
     StoreConfigError,
@@ -24,23 +28,24 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.stores.base import Changed, OnConflict, Store, WorkListener
 from timewheel.stores.postgres import schema
+from timewheel.stores.postgres.clocks import CLOCK_WARNING, ServerClocks, measure
 from timewheel.stores.postgres.connections import Conn, Connections
+from timewheel.stores.postgres.notify import Listener, channel, many_payload, ready_payload
 from timewheel.stores.sqlite.codec import SCHEDULES, TASKS, Row, from_us, to_us, upstream_entry
 from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, check_transition
 
-__all__ = ["PostgresStore"]
+__all__ = ["CLOCK_WARNING", "PostgresStore"]
 
 log = logging.getLogger("timewheel.stores.postgres")
 
-CLOCK_WARNING = 1.0
-"""Seconds of difference between this host's clock and the server's that are logged at open."""
 _PRUNE_BATCH = 500
 _STATES = {s.value: s for s in TaskState}
 _RUN = TaskState.RUNNING
 
 _ID = TASKS.position["id"]
+_DUE = TASKS.position["due"]
 _STATE = TASKS.position["state"]
 _VERSION = TASKS.position["version"]
 _LEASE_OWNER = TASKS.position["lease_owner"]
@@ -70,6 +75,22 @@ _CLAIM = (
     "lease_owner = %s, lease_expires = %s, updated = %s FROM batch "
     "WHERE t.id = batch.id AND t.version = batch.version" + _RETURNING
 )
+# the server's clock, once per statement, in epoch microseconds
+_SERVER_NOW = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+_WITHIN_US = round(schema.NOTIFY_WITHIN * 1_000_000)
+# promotion: the server's time is returned with the moved rows (a row of NULLs when none moved),
+# and READY work is announced (once per transaction) when some moved; on the server's clock
+# ({guard}) a task not yet due by the server is left PENDING
+_PROMOTE = (
+    f"WITH clock AS (SELECT {_SERVER_NOW} AS now_us), "
+    "moved AS (UPDATE tasks t SET state = 'ready', version = t.version + 1, updated = %s "
+    "FROM clock WHERE t.id = ANY(%s) AND t.state = 'pending' AND t.unmet = 0 AND t.due <= %s"
+    "{guard}" + _RETURNING + ") "
+    "SELECT clock.now_us, (SELECT pg_notify(%s, %s) FROM (SELECT 1 FROM moved LIMIT 1) one), "
+    "moved.* FROM clock LEFT JOIN moved ON true"
+)
+_PROMOTE_LOCAL = _PROMOTE.format(guard="")
+_PROMOTE_SERVER = _PROMOTE.format(guard=" AND t.due <= clock.now_us")
 _OPTIONS = ("schema", "pool_size", "retries", "connect_timeout")
 
 
@@ -92,11 +113,16 @@ class PostgresStore(Store):
             race the database reports, with exponential backoff, before ``StoreError``.
         connect_timeout: seconds to wait for a connection.
 
-    Times are compared as the caller gives them (``now`` is an argument of every operation, as
-    for every store), so every host's clock must be right: at open the store measures this
-    host's offset from the server's clock (:attr:`clock_offset`) and logs a warning when it is
-    over :data:`CLOCK_WARNING` seconds. Implements
-    :class:`~timewheel.stores.base.SupportsInspection`.
+    Time is the server's: a scheduler on a real-time clock reads it through
+    :meth:`server_clock` (its host's offset from the server measured at start, on every
+    reconnect and every half minute, and logged when over :data:`CLOCK_WARNING` seconds), and the
+    store then refuses, on the server's clock, to promote a task not yet due or to reap a lease
+    not yet expired. Without it (a ``FakeClock``, the contract suite) times are compared as the
+    caller passes them, as on every store. Other hosts hear of work due soon and of READY work at
+    once (:meth:`listen`: ``LISTEN``/``NOTIFY``). Implements
+    :class:`~timewheel.stores.base.SupportsInspection`,
+    :class:`~timewheel.stores.base.SupportsServerClock` and
+    :class:`~timewheel.stores.base.SupportsNotifications`.
     """
 
     durable = True
@@ -133,6 +159,8 @@ class PostgresStore(Store):
         self.retries = retries
         self.connect_timeout = timeout
         self.read_only = read_only
+        #: this store object's token: its own notifications are not told to its own listeners
+        self.origin = uuid.uuid4().hex[:16]
         self._connections = Connections(
             dsn,
             schema=schema,
@@ -140,16 +168,24 @@ class PostgresStore(Store):
             max_size=pool_size,
             retries=retries,
             connect_timeout=timeout,
+            origin=self.origin,
+            on_connect=self._connected,
         )
         self.where = self._connections.where
         self._claimable = policy.ClaimableRefs("PostgresStore")
+        self._clocks = ServerClocks(self.where)
+        self._listener: Listener | None = None
+        self._listener_lock = threading.Lock()
+        self._remeasured = -float("inf")
         conn = self._connections.connect()
         try:
             if create and not read_only:
                 _migrate(conn, self.schema)
             else:
                 _require(conn, self.schema, self.where)
-            self.clock_offset = _clock_offset(conn)
+            #: this host's system clock minus the server's, measured at open (seconds)
+            self.clock_offset = measure(conn, SystemClock())
+            conn.rollback()
         except psycopg.Error as e:
             raise StoreError(
                 f"PostgreSQL at {self.where} failed while opening the store: "
@@ -157,15 +193,10 @@ class PostgresStore(Store):
             ) from None
         finally:
             conn.close()
-        if abs(self.clock_offset) > CLOCK_WARNING:
-            log.warning(
-                "this host's clock is %.3fs %s the PostgreSQL server's at %s; due times and "
-                "leases are compared on the hosts' clocks, so keep them synchronised (NTP)",
-                abs(self.clock_offset),
-                "ahead of" if self.clock_offset > 0 else "behind",
-                self.where,
-            )
+        self._clocks.note(self.clock_offset, "at open")
         self._run = self._connections.run
+        self._channel = channel(schema)
+        self._ready_note = ready_payload(self.origin)
 
     # -- internals --------------------------------------------------------------------------------
     def _write(self, doing: str, work: Callable[[Conn], Any]) -> Any:
@@ -220,6 +251,90 @@ class PostgresStore(Store):
         return policy.settle(
             up_id, up_state, from_us(now_us), take_dependents=take_dependents, save=save
         )
+
+    def _connected(self, conn: Conn) -> None:
+        """A new pooled connection (a reconnect): measure the corrected clocks again."""
+        if self._clocks.active:
+            try:
+                self._clocks.remeasure(conn, "on a new connection")
+            except psycopg.Error as e:
+                log.debug("clock measurement on a new connection failed: %s", e)
+
+    def _listener_idle(self, conn: Conn) -> None:
+        if self._clocks.due():
+            self._clocks.remeasure(conn, "periodically")
+
+    def _quiet(self, conn: Conn) -> None:
+        """The rest of this transaction inserts without a notification per row: a bulk insert
+        announces itself once (:meth:`_announce_many`)."""
+        conn.execute("SELECT set_config('timewheel.quiet', 'on', true)")
+
+    def _announce_many(self, conn: Conn, first_due_us: int) -> None:
+        """Tell listening hosts to look for PENDING work bulk-inserted in this transaction, the
+        earliest due at *first_due_us*, if that is within ``NOTIFY_WITHIN`` of the server's
+        clock (as the row trigger decides)."""
+        conn.execute(
+            f"SELECT pg_notify(%s, %s) WHERE %s < {_SERVER_NOW} + %s",
+            (self._channel, many_payload(self.origin, first_due_us), first_due_us, _WITHIN_US),
+        )
+
+    def _announce_ready(self, conn: Conn) -> None:
+        """Tell listening hosts that READY work is there (once per transaction)."""
+        conn.execute("SELECT pg_notify(%s, %s)", (self._channel, self._ready_note))
+
+    # -- time and wake-ups across hosts -------------------------------------------------------------
+    def server_clock(self, clock: Clock) -> Clock:
+        """*clock* corrected to the server's clock: a :class:`~timewheel.clock.ShiftedClock`
+        shifted by minus this host's offset, measured now (and again on every reconnect, every
+        half minute while a scheduler listens, and whenever the server finds this host's time
+        ahead of its own). From now on this store also compares due times and lease expiries
+        with the server's clock in SQL: a task is never promoted before it is due there, a lease
+        never reaped before it expired there. A scheduler on a real-time clock calls it when it
+        is built; the same *clock* gives the same corrected clock.
+
+        Raises:
+            StoreError: the server cannot be reached.
+        """
+        corrected: Clock = self._run(
+            "measuring the clock", lambda conn: self._clocks.correct(conn, clock)
+        )
+        return corrected
+
+    def listen(self, listener: WorkListener) -> Callable[[], None]:
+        """Tell *listener* (a scheduler's trigger) when another process inserts work due within
+        :data:`~timewheel.stores.postgres.schema.NOTIFY_WITHIN` seconds or makes work READY,
+        from a dedicated connection outside the pool (``LISTEN``), until the returned function
+        is called. The connection is made again with backoff when it is lost, and *listener* is
+        then told to look in the store for what it may have missed (see
+        :mod:`~timewheel.stores.postgres.notify`)."""
+        return self.listener().add(listener)
+
+    def listener(self) -> Listener:
+        """This process's listening connection and thread (made when first asked for)."""
+        with self._listener_lock:
+            current = self._listener
+            if current is None or current.pid != os.getpid():
+                # after fork() the parent's thread is not here: listen anew
+                current = self._listener = Listener(
+                    self._connections.connect,
+                    schema=self.schema,
+                    origin=self.origin,
+                    where=self.where,
+                    scrub=self._connections.scrub,
+                    on_connect=self._connected,
+                    on_idle=self._listener_idle,
+                )
+            return current
+
+    def _ahead(self, now_us: int, server_us: int) -> None:
+        """The server found this host's *now* ahead of its clock: the offset drifted (or the
+        host's clock was stepped); measure again, at most once a second."""
+        mono = time.monotonic()
+        if mono - self._remeasured < 1.0:
+            return
+        self._remeasured = mono
+        self._clocks.note_drift(now_us - server_us)
+        self._run("measuring the clock", lambda conn: self._clocks.remeasure(conn, "after drift"))
 
     # -- tasks ------------------------------------------------------------------------------------
     def insert(self, task: Task, *, on_conflict: OnConflict = "error") -> Changed:
@@ -286,8 +401,10 @@ class PostgresStore(Store):
             ).fetchone()
             if found is not None:
                 raise policy.existing_in_batch(found[0], len(rows))
+            self._quiet(conn)
             with conn.cursor() as cur:
                 cur.executemany(_INS.encode(), rows)
+            self._announce_many(conn, min(r[_DUE] for r in rows))
 
         self._write("inserting tasks", work)
 
@@ -320,6 +437,8 @@ class PostgresStore(Store):
             sets = "state = %s, version = version + 1, updated = %s"
             sets += "".join(f", {c} = %s" for c in cols)
             self._cas(conn, task_id, expected_version, sets, (state.value, now_us, *vals))
+            if state is TaskState.READY:
+                self._announce_ready(conn)
             deps = self._settle(conn, task_id, state, now_us) if state in TERMINAL_STATES else ()
             new = dict(stored, state=state, version=expected_version + 1, updated=from_us(now_us))
             return Changed(TASKS.decode(row, new), deps)
@@ -339,24 +458,29 @@ class PostgresStore(Store):
         if not ids and not succ_rows:
             return []
 
+        on_server = self._clocks.active
+        sql = (_PROMOTE_SERVER if on_server else _PROMOTE_LOCAL).encode()
+        server_now: list[int] = []
+
         def work(conn: Conn) -> list[Row]:
             rows: list[Row] = []
             if ids:
-                rows = conn.execute(
-                    (
-                        "UPDATE tasks t SET state = 'ready', version = t.version + 1, "
-                        "updated = %s WHERE id = ANY(%s) AND state = 'pending' AND unmet = 0 "
-                        "AND due <= %s" + _RETURNING
-                    ).encode(),
-                    (now_us, ids, now_us),
+                got = conn.execute(
+                    sql, (now_us, ids, now_us, self._channel, self._ready_note)
                 ).fetchall()
+                server_now[:] = [got[0][0]]
+                rows = [r[2:] for r in got if r[2] is not None]
             if succ_rows:
-                # deterministic instance ids: a slot another host materialised is kept
+                # deterministic instance ids: a slot another host materialised is kept; not
+                # announced: each host carrying the schedule computes its successors itself
+                self._quiet(conn)
                 with conn.cursor() as cur:
                     cur.executemany(_INS_IGNORE.encode(), succ_rows)
             return rows
 
         moved: list[Row] = self._write("promoting tasks", work)
+        if on_server and server_now and now_us > server_now[0]:
+            self._ahead(now_us, server_now[0])
         order = {tid: i for i, tid in enumerate(ids)}
         moved.sort(key=lambda r: order[r[_ID]])
         return [TASKS.decode(r) for r in moved]
@@ -455,6 +579,8 @@ class PostgresStore(Store):
             sets = "state = %s, version = version + 1, updated = %s, lease_owner = NULL, "
             sets += "lease_expires = NULL" + "".join(f", {c} = %s" for c in cols)
             self._cas(conn, task_id, row[_VERSION], sets, (state.value, now_us, *vals))
+            if state is TaskState.READY:
+                self._announce_ready(conn)  # released: another host's workers may take it
             deps = self._settle(conn, task_id, state, now_us) if state in TERMINAL_STATES else ()
             new = dict(stored, state=state, version=row[_VERSION] + 1, updated=from_us(now_us))
             new.update(lease_owner=None, lease_expires=None)
@@ -482,9 +608,11 @@ class PostgresStore(Store):
         return [TASKS.decode(r) for r in rows]
 
     def expired_leases(self, now: float, *, limit: int) -> list[Task]:
+        # on the server's clock, a lease is not expired before the server says so either
+        guard = f" AND lease_expires < {_SERVER_NOW}" if self._clocks.active else ""
         rows = self._read(
-            _SEL + " WHERE state = 'running' AND lease_expires < %s ORDER BY lease_expires "
-            "LIMIT %s",
+            _SEL + " WHERE state = 'running' AND lease_expires < %s" + guard + " ORDER BY "
+            "lease_expires LIMIT %s",
             (to_us(now), max(limit, 0)),
         )
         return [TASKS.decode(r) for r in rows]
@@ -799,6 +927,10 @@ class PostgresStore(Store):
 
     def close(self) -> None:
         """Close this process's connections (idempotent); later use raises ``StoreError``."""
+        with self._listener_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None and listener.pid == os.getpid():
+            listener.close()
         self._connections.close()
 
     def __enter__(self) -> PostgresStore:
@@ -875,13 +1007,3 @@ def _require(conn: Conn, name: str, where: str) -> None:
     """Refuse a schema that holds no store, an older or a newer one."""
     schema.require(conn, name, where)
     conn.rollback()
-
-
-def _clock_offset(conn: Conn) -> float:
-    """This host's clock minus the server's, in seconds (half a round trip of error at most)."""
-    t0 = time.time()
-    row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
-    t1 = time.time()
-    conn.rollback()
-    server = float(row[0]) if row is not None else (t0 + t1) / 2
-    return (t0 + t1) / 2 - server

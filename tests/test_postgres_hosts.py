@@ -1,0 +1,449 @@
+"""``PostgresStore`` across hosts: time on the server's clock, and LISTEN/NOTIFY wake-ups.
+
+"Hosts" are schedulers with their own store objects (their own pools, their own listening
+connections) on one schema, in this process or in spawned processes; a host whose clock is wrong
+reads a :class:`~timewheel.clock.ShiftedClock`. Waits below are bounded only so that a broken
+build fails instead of hanging: what is asserted is an outcome or an order, never a duration.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import queue
+import re
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import timewheel as tw
+from tests.apps.postgres_app import skewed_host, stamp
+from tests.apps.worker_app import record
+from tests.conftest import postgres_dsn
+from timewheel.clock import ShiftedClock, SystemClock
+from timewheel.stores.base import SupportsNotifications, SupportsServerClock, WorkListener
+from timewheel.stores.postgres import PostgresStore
+from timewheel.task import Task, TaskState
+
+Schemas = Callable[[], tuple[str, str]]
+SKEW = 5.0
+pytestmark = pytest.mark.realclock
+
+
+def _task(task_id: str, due: float, func: str = "tests.apps.worker_app:record") -> Task:
+    return Task(id=task_id, func=func, args=("x", "/dev/null"), due=due)
+
+
+def _server_now(dsn: str) -> float:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def _until(check: Callable[[], bool], limit: float = 30.0) -> bool:
+    """Wait for *check* (a bound against hanging, not a timing assertion)."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.02)
+    return check()
+
+
+class Heard:
+    """A :class:`WorkListener` that records what the store told it."""
+
+    def __init__(self) -> None:
+        self.events: queue.Queue[tuple[str, object]] = queue.Queue()
+
+    def work_scheduled(self, entries: Sequence[tuple[str, float, str | None]]) -> None:
+        for entry in entries:
+            self.events.put(("scheduled", entry))
+
+    def work_changed(self, *, pending: bool, ready: bool) -> None:
+        self.events.put(("changed", (pending, ready)))
+
+    def next(self, timeout: float = 30.0) -> tuple[str, object]:
+        return self.events.get(timeout=timeout)
+
+    def drain(self) -> list[tuple[str, object]]:
+        out = []
+        while True:
+            try:
+                out.append(self.events.get_nowait())
+            except queue.Empty:
+                return out
+
+
+@pytest.fixture
+def two(postgres_schemas: Schemas) -> Iterator[tuple[PostgresStore, PostgresStore]]:
+    """Two hosts' stores on one schema."""
+    dsn, name = postgres_schemas()
+    a = PostgresStore(dsn, schema=name, pool_size=4)
+    b = PostgresStore(dsn, schema=name, pool_size=4, create=False)
+    yield a, b
+    a.close()
+    b.close()
+
+
+# -- time on the server's clock -------------------------------------------------------------------
+def test_the_store_offers_a_server_clock_and_notifications(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, _ = two
+    assert isinstance(a, SupportsServerClock)
+    assert isinstance(a, SupportsNotifications)
+
+
+@pytest.mark.parametrize("shift", [SKEW, -SKEW])
+def test_a_skewed_host_reads_the_servers_clock_and_is_warned(
+    two: tuple[PostgresStore, PostgresStore], caplog: pytest.LogCaptureFixture, shift: float
+) -> None:
+    a, _ = two
+    host = ShiftedClock(SystemClock(), shift)
+    with caplog.at_level(logging.WARNING, logger="timewheel.stores.postgres"):
+        corrected = a.server_clock(host)
+    assert a.server_clock(host) is corrected  # one corrected clock per host clock
+    before = _server_now(postgres_dsn())
+    reading = corrected.time()
+    after = _server_now(postgres_dsn())
+    # the offset is taken as an upper bound: the corrected clock is never ahead of the server's
+    assert reading <= after
+    assert abs(reading - before) < SKEW / 5  # corrected, not 5 s off
+    side = "ahead of" if shift > 0 else "behind"
+    assert re.search(rf"clock is 5\.\d{{3}} s {side} the PostgreSQL server's", caplog.text)
+    # a scheduler on a real-time clock reads time through it; a FakeClock stays as it is
+    with tw.Scheduler(store=a, clock=host, dispatcher=tw.NullDispatcher()) as sched:
+        assert isinstance(sched.clock, ShiftedClock)
+        assert sched.clock.base is host
+    fake = tw.testing.FakeClock()
+    assert tw.Scheduler(store=a, clock=fake).clock is fake
+
+
+def _kill_pool(store: PostgresStore) -> None:
+    with psycopg.connect(postgres_dsn(), autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = "
+            "current_database() AND application_name = 'timewheel' AND pid <> %s",
+            (store.listener().backend_pid or 0,),
+        )
+
+
+def test_the_offset_is_measured_again_on_reconnect_and_when_the_server_finds_it_ahead(
+    two: tuple[PostgresStore, PostgresStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    a, _ = two
+    host = ShiftedClock(SystemClock(), SKEW)
+    corrected = a.server_clock(host)
+    with caplog.at_level(logging.WARNING, logger="timewheel.stores.postgres"):
+        host.shift = 2 * SKEW  # the host's clock is stepped five seconds further
+        _kill_pool(a)
+        a.find("x")  # a new connection: measured again
+    assert abs(corrected.time() - _server_now(postgres_dsn())) < SKEW / 5
+    assert re.search(r"clock is 10\.\d{3} s ahead", caplog.text)
+    host.shift = 3 * SKEW  # stepped again, no reconnect: the corrected clock runs ahead
+    now = corrected.time()
+    a.insert(_task("soon", due=now - SKEW / 2))  # due by this clock, not by the server's
+    assert a.promote(["soon"], now) == []  # refused on the server's clock, and measured again
+    assert corrected.time() <= _server_now(postgres_dsn())
+    assert a.get("soon").state is TaskState.PENDING
+
+
+def test_on_the_server_clock_nothing_is_promoted_early_nor_a_live_lease_reaped(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, _ = two
+    server = _server_now(postgres_dsn())
+    a.insert(_task("early", due=server + 60))
+    a.insert(_task("leased", due=server - 1))
+    a.promote(["leased"], server)
+    (held,) = a.claim_next(owner="w", lease_expires=server + 60, now=server, limit=1)
+    ahead = server + 120  # a caller whose clock runs two minutes ahead
+    # without a server clock, times are compared as the caller passes them (as every store does)
+    assert [t.id for t in a.expired_leases(ahead, limit=10)] == ["leased"]
+    a.server_clock(SystemClock())
+    assert a.promote(["early"], ahead) == []
+    assert a.get("early").state is TaskState.PENDING
+    assert a.expired_leases(ahead, limit=10) == []
+    assert a.get("leased").version == held.version
+
+
+def test_skewed_hosts_never_start_early_nor_steal_a_live_lease(
+    postgres_schemas: Schemas, tmp_path: Path
+) -> None:
+    """Two host processes, clocks -5 s and +5 s: every task starts at or after its due time on
+    the server's clock, and runs longer than its lease (heartbeats keep it) run once."""
+    dsn, name = postgres_schemas()
+    log = tmp_path / "runs.log"
+    ready = tmp_path / "ready"
+    store = PostgresStore(dsn, schema=name)
+    ctx = multiprocessing.get_context("spawn")
+    lease = 1.0
+    hosts = [
+        ctx.Process(target=skewed_host, args=(dsn, name, shift, lease, str(ready)))
+        for shift in (-SKEW, SKEW)
+    ]
+    for p in hosts:
+        p.start()
+    try:
+        assert _until(lambda: ready.exists() and len(ready.read_text().split()) == 2, 60)
+        producer = tw.Scheduler(store=store, dispatcher=tw.NullDispatcher(), allow=["tests.apps"])
+        server = _server_now(dsn)
+        n, slow = 20, 4
+        for i in range(n):
+            # due on the server's clock; the producer is never started: only the hosts run them
+            producer.schedule(
+                stamp,
+                dsn,
+                str(log),
+                f"t{i}",
+                2.5 * lease if i < slow else 0.0,
+                at=tw.clock.to_datetime(server + 1.0 + 0.1 * i),
+            )
+
+        def done() -> bool:
+            return store.count_by_state().get(TaskState.SUCCEEDED, 0) == n
+
+        assert _until(done, 90)
+    finally:
+        for p in hosts:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGKILL)
+            p.join(10)
+        store.close()
+    lines = [line.split() for line in log.read_text().splitlines()]
+    starts = [line for line in lines if line[0] == "S"]
+    for _, tag, due, server_now, _pid in starts:
+        assert float(server_now) >= float(due), tag
+    runs = Counter(line[1] for line in starts)
+    assert set(runs) == {f"t{i}" for i in range(n)}
+    assert set(runs.values()) == {1}  # no live lease was reaped: nothing ran twice
+    assert len({line[4] for line in starts}) == 2  # both hosts ran work
+
+
+# -- what is announced ---------------------------------------------------------------------------
+def test_work_due_soon_and_ready_work_are_announced_to_other_hosts(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = two
+    heard = Heard()
+    stop = b.listen(heard)
+    try:
+        assert b.listener().wait_connected(30)
+        assert heard.next() == ("changed", (True, True))  # on connect: look for what was missed
+        now = time.time()
+        a.insert(_task("soon", due=now + 2))
+        assert heard.next() == ("scheduled", ("soon", pytest.approx(now + 2, abs=1e-6), None))
+        a.insert(_task("far", due=now + 86_400))  # left to the wheels' refills
+        a.insert_many([_task(f"m{i}", due=now + 1) for i in range(3)])
+        assert heard.next() == ("changed", (True, False))  # a bulk insert: look in the store
+        a.insert_many([_task(f"n{i}", due=now + 86_400) for i in range(3)])  # not due soon
+        # successors are computed by every host carrying the schedule: not announced
+        a.promote([], now, successors=[_task("next-slot", due=now + 1)])
+        a.promote(["soon", "m0", "m1"], now + 5)
+        assert heard.next() == ("changed", (False, True))  # one announcement per transaction
+        b.insert(_task("own", due=now + 1))  # a store is not told its own work
+        a.insert(_task("last", due=now + 1))
+        assert heard.next()[1][0] == "last"  # type: ignore[index]
+        assert heard.drain() == []
+    finally:
+        stop()
+
+
+def test_a_task_scheduled_on_another_host_runs_without_a_poll(
+    two: tuple[PostgresStore, PostgresStore], tmp_path: Path
+) -> None:
+    """Host B polls once an hour and refills its wheel every half hour; a task host A
+    schedules (A runs no trigger) still runs on B, at its due time: B heard of it."""
+    a, b = two
+    log = tmp_path / "runs.log"
+    sched_b = tw.Scheduler(store=b, poll_interval=3600, horizon=3600, allow=["tests.apps"])
+    with sched_b:
+        assert b.listener().wait_connected(30)
+        sched_a = tw.Scheduler(store=a, dispatcher=tw.NullDispatcher(), allow=["tests.apps"])
+        job = sched_a.schedule(stamp, postgres_dsn(), str(log), "from-a", delay=1.0)
+        assert _until(lambda: b.get(job.id).state is TaskState.SUCCEEDED)
+    (start,) = [line.split() for line in log.read_text().splitlines() if line[0] == "S"]
+    assert float(start[3]) >= float(start[2])  # not early on the server's clock
+
+
+class Watching(tw.NullDispatcher):
+    """A dispatcher serving every queue that runs nothing and never asks the store itself: its
+    ready queue fills only when the trigger refills it."""
+
+    queues: Sequence[str] | None = None
+
+    def __init__(self) -> None:
+        self.woken = threading.Event()
+
+    def wakeup(self) -> None:
+        self.woken.set()
+
+
+def test_ready_work_on_another_host_wakes_idle_workers(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = two
+    watching = Watching()
+    with tw.Scheduler(store=b, dispatcher=watching, poll_interval=3600, horizon=3600) as sched:
+        assert b.listener().wait_connected(30)
+        now = time.time()
+        a.insert(_task("r1", due=now + 3600))  # beyond the announcements: B does not hold it
+        assert "r1" not in sched.ready_queue
+        watching.woken.clear()
+        a.promote(["r1"], now + 3600)  # another host makes it READY
+        assert watching.woken.wait(30)
+        assert _until(lambda: "r1" in sched.ready_queue)
+
+
+# -- a lost listening connection -------------------------------------------------------------------
+def _terminate(pid: int) -> None:
+    with psycopg.connect(postgres_dsn(), autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+
+
+def test_a_killed_listening_connection_reconnects_and_hears_again(
+    two: tuple[PostgresStore, PostgresStore], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = two
+    log = tmp_path / "runs.log"
+    sched_a = tw.Scheduler(store=a, dispatcher=tw.NullDispatcher(), allow=["tests.apps"])
+    with (
+        caplog.at_level(logging.WARNING, logger="timewheel.stores.postgres"),
+        tw.Scheduler(store=b, poll_interval=3600, horizon=3600, allow=["tests.apps"]),
+    ):
+        listener = b.listener()
+        assert listener.wait_connected(30)
+        first = listener.backend_pid
+        assert first is not None
+        _terminate(first)
+        # scheduled while the connection is down or coming back: the catch-up after the
+        # reconnect, or the notification itself, brings it
+        lost = sched_a.schedule(record, "lost", str(log), delay=0.5)
+        assert _until(lambda: listener.connects >= 2)
+        assert listener.backend_pid not in (None, first)
+        assert _until(lambda: b.get(lost.id).state is TaskState.SUCCEEDED)
+        later = sched_a.schedule(record, "later", str(log), delay=0.5)
+        assert _until(lambda: b.get(later.id).state is TaskState.SUCCEEDED)
+    assert "the connection listening for other hosts' work was lost" in caplog.text
+    assert sorted(line.split()[0] for line in log.read_text().splitlines()) == ["later", "lost"]
+
+
+def test_polling_covers_a_listening_connection_that_cannot_come_back(
+    postgres_schemas: Schemas, tmp_path: Path
+) -> None:
+    """The listening connection is killed and its role may not log in for a while: host B's
+    poll (the fallback) still runs host A's work; once logins work, B listens again."""
+    dsn, name = postgres_schemas()
+    role = f"tw_role_{uuid.uuid4().hex[:10]}"
+    log = tmp_path / "runs.log"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN SUPERUSER").format(sql.Identifier(role)))
+    a = PostgresStore(dsn, schema=name)
+    b = PostgresStore(dsn.replace("postgresql://postgres@", f"postgresql://{role}@"), schema=name)
+    try:
+        with tw.Scheduler(
+            store=b,
+            dispatcher=tw.ThreadPoolDispatcher(workers=1),
+            poll_interval=0.3,
+            allow=["tests.apps"],
+        ):
+            listener = b.listener()
+            assert listener.wait_connected(30)
+            pid = listener.backend_pid
+            assert pid is not None
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(sql.SQL("ALTER ROLE {} NOLOGIN").format(sql.Identifier(role)))
+            _terminate(pid)
+            assert _until(lambda: listener.backend_pid is None)
+            sched_a = tw.Scheduler(store=a, dispatcher=tw.NullDispatcher(), allow=["tests.apps"])
+            job = sched_a.schedule(record, "polled", str(log), delay=0.2)
+            assert _until(lambda: b.get(job.id).state is TaskState.SUCCEEDED)
+            assert listener.connects == 1  # it ran while nobody listened
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(sql.SQL("ALTER ROLE {} LOGIN").format(sql.Identifier(role)))
+            assert _until(lambda: listener.connects == 2, 60)
+    finally:
+        a.close()
+        b.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (role,),
+            )
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_listener_is_a_work_listener() -> None:
+    assert isinstance(Heard(), WorkListener)
+
+
+def test_a_version_1_schema_is_upgraded_with_its_tasks(postgres_schemas: Schemas) -> None:
+    from timewheel.stores.postgres.schema import MIGRATIONS
+
+    dsn, name = postgres_schemas()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(name)))
+        conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement.encode())
+        conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    with pytest.raises(tw.errors.SchemaVersionError, match="older"):
+        PostgresStore(dsn, schema=name, create=False)
+    old = PostgresStore(dsn, schema=name, create=True)  # upgraded at open
+    try:
+        old.insert(_task("kept", due=time.time() + 3600))
+        heard = Heard()
+        stop = old.listen(heard)
+        try:
+            assert old.listener().wait_connected(30)
+            other = PostgresStore(dsn, schema=name, create=False)
+            try:
+                other.insert(_task("soon", due=time.time() + 1))
+            finally:
+                other.close()
+            assert heard.next() == ("changed", (True, True))
+            assert heard.next()[1][0] == "soon"  # type: ignore[index]
+        finally:
+            stop()
+        assert old.get("kept").state is TaskState.PENDING
+    finally:
+        old.close()
+
+
+def test_an_async_scheduler_hears_another_host_too(
+    two: tuple[PostgresStore, PostgresStore], tmp_path: Path
+) -> None:
+    import asyncio
+
+    from timewheel.aio import AsyncScheduler
+
+    a, b = two
+    log = tmp_path / "runs.log"
+
+    async def main() -> None:
+        async with AsyncScheduler(
+            store=b, poll_interval=3600, horizon=3600, allow=["tests.apps"]
+        ) as sched:
+            assert isinstance(sched.clock, ShiftedClock)  # on the server's clock
+            assert await asyncio.to_thread(b.listener().wait_connected, 30)
+            other = tw.Scheduler(store=a, dispatcher=tw.NullDispatcher(), allow=["tests.apps"])
+            job = other.schedule(record, "async", str(log), delay=0.5)
+            end = time.monotonic() + 30
+            while b.get(job.id).state is not TaskState.SUCCEEDED and time.monotonic() < end:
+                await asyncio.sleep(0.05)
+            assert b.get(job.id).state is TaskState.SUCCEEDED
+
+    asyncio.run(main())
