@@ -8,6 +8,7 @@ build fails instead of hanging: what is asserted is an outcome or an order, neve
 
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing
 import os
@@ -26,7 +27,7 @@ import pytest
 from psycopg import sql
 
 import timewheel as tw
-from tests.apps.postgres_app import skewed_host, stamp
+from tests.apps.postgres_app import beating_host, skewed_host, stamp
 from tests.apps.worker_app import record
 from tests.conftest import postgres_dsn
 from timewheel.clock import ShiftedClock, SystemClock
@@ -229,6 +230,47 @@ def test_skewed_hosts_never_start_early_nor_steal_a_live_lease(
     assert set(runs) == {f"t{i}" for i in range(n)}
     assert set(runs.values()) == {1}  # no live lease was reaped: nothing ran twice
     assert len({line[4] for line in starts}) == 2  # both hosts ran work
+
+
+def test_an_every_second_schedule_carried_by_skewed_hosts_fires_once_per_slot(
+    postgres_schemas: Schemas, tmp_path: Path
+) -> None:
+    """Three host processes, clocks -5 s, 0 and +5 s, each registering the same every-second
+    schedule: each slot materialises and runs once, never before its time on the server's
+    clock, with no gap between the first and the last slot run (``misfire="run_all"``, so a
+    slow host makes a slot late, never missing)."""
+    dsn, name = postgres_schemas()
+    log = tmp_path / "beats.log"
+    ready = tmp_path / "ready"
+    PostgresStore(dsn, schema=name).close()  # the schema, before the hosts open it
+    ctx = multiprocessing.get_context("spawn")
+    hosts = [
+        ctx.Process(target=beating_host, args=(dsn, name, shift, str(log), str(ready)))
+        for shift in (-SKEW, 0.0, SKEW)
+    ]
+    for p in hosts:
+        p.start()
+    try:
+        assert _until(lambda: ready.exists() and len(ready.read_text().split()) == 3, 60)
+
+        def slots_run() -> int:
+            return len(log.read_text().splitlines()) if log.exists() else 0
+
+        first = slots_run()
+        assert _until(lambda: slots_run() >= first + 6, 60)
+    finally:
+        for p in hosts:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGKILL)
+            p.join(10)
+    starts = [line.split() for line in log.read_text().splitlines()]
+    runs = Counter(line[1] for line in starts)
+    assert set(runs.values()) == {1}, runs  # one run per slot, whichever host carried it
+    for _, task_id, due, server_now, _pid in starts:
+        assert float(server_now) >= float(due), task_id
+    slots = sorted(float(line[2]) for line in starts)
+    steps = {round(b - a, 3) for a, b in itertools.pairwise(slots)}
+    assert steps == {1.0}, steps  # consecutive slots: none skipped, none doubled
 
 
 # -- what is announced ---------------------------------------------------------------------------

@@ -84,3 +84,36 @@ def skewed_host(dsn: str, schema: str, shift: float, lease: float, ready_path: s
         append(ready_path, f"{os.getpid()}")
         while True:
             time.sleep(1)
+
+
+def beat(dsn: str, path: str) -> None:
+    """Log ``S instance_id slot server_now pid`` for one run of a recurring schedule, where
+    *server_now* is read from the server's clock."""
+    import psycopg
+
+    task = tw.current_task()
+    assert task is not None
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+    assert row is not None
+    append(path, f"S {task.id} {task.due!r} {float(row[0])!r} {os.getpid()}")
+
+
+def beating_host(dsn: str, schema: str, shift: float, path: str, ready_path: str) -> None:
+    """A "host" whose clock is *shift* seconds off that carries the every-second schedule
+    ``beat``, as every process of an application registers its schedules at start; runs until
+    the process is killed and writes *ready_path* once it listens."""
+    from timewheel.clock import ShiftedClock, SystemClock
+
+    store = PostgresStore(dsn, schema=schema, create=False)
+    with tw.Scheduler(
+        store=store,
+        clock=ShiftedClock(SystemClock(), shift),
+        poll_interval=0.5,
+        allow=["tests.apps"],
+    ) as sched:
+        sched.schedule(beat, dsn, path, every=1, id="beat", misfire="run_all")
+        store.listener().wait_connected(30)
+        append(ready_path, f"{os.getpid()}")
+        while True:
+            time.sleep(1)
