@@ -505,3 +505,30 @@ def test_a_delay_queue_survives_a_restart_on_postgresql(postgres_schemas: Schema
     assert len(dq) == 0
     dq.shutdown()
     store.close()
+
+
+def test_a_delay_queue_keeps_due_times_on_the_servers_clock(postgres_schemas: Schemas) -> None:
+    """A queue on a host whose clock is a minute slow stores due times on the server's clock,
+    so a queue reopened on another host does not hand its items out early."""
+    from timewheel.clock import ShiftedClock, SystemClock
+    from timewheel.delayqueue import DelayQueue
+
+    dsn, name = postgres_schemas()
+    store = PostgresStore(dsn, schema=name)
+    slow_host: DelayQueue[str] = DelayQueue(
+        clock=ShiftedClock(SystemClock(), -60.0), store=store, name="mail"
+    )
+    item = slow_host.put("hello", delay=30)
+    slow_host.shutdown()
+    store.close()
+
+    store = PostgresStore(dsn, schema=name, create=False)
+    other_host: DelayQueue[str] = DelayQueue(store=store, name="mail")
+    try:
+        assert len(other_host) == 1
+        # on the slow host's own clock the item would be 30 s overdue here
+        assert other_host.ready_count() == 0
+        assert store.get(item.id).due > time.time() + 15
+    finally:
+        other_host.shutdown()
+        store.close()

@@ -43,7 +43,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from timewheel import forking, refs
-from timewheel.clock import Clock, DrivingClock, SystemClock, to_datetime, to_timestamp
+from timewheel.clock import Clock, DrivingClock, to_datetime, to_timestamp
 from timewheel.errors import (
     InheritedAcrossForkError,
     InvalidScheduleError,
@@ -53,7 +53,7 @@ from timewheel.errors import (
     TaskNotFoundError,
     VersionConflictError,
 )
-from timewheel.stores.base import Store
+from timewheel.stores.base import Store, store_clock
 from timewheel.task import Task, TaskState
 from timewheel.validate import seconds
 from timewheel.wheel import TimingWheel
@@ -236,7 +236,8 @@ class DelayQueue(Generic[T]):
             raise InvalidScheduleError(f"name must be a non-empty string (got {name!r})")
         if isinstance(maxsize, bool) or not isinstance(maxsize, int):
             raise TypeError(f"maxsize must be an int (got {maxsize!r})")
-        self._clock: Clock = SystemClock() if clock is None else clock
+        # on a store shared by hosts, due times are instants on its server's clock
+        self._clock: Clock = store_clock(clock, store)
         self._store = store
         self._durable = bool(store is not None and store.durable)
         self.name = name

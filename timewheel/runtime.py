@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from timewheel.clock import Clock, DrivingClock, SystemClock, to_datetime
+from timewheel.clock import Clock, to_datetime
 from timewheel.errors import JobTimeoutError, SchedulerStateError, VersionConflictError
 from timewheel.events import TERMINAL_EVENT, EventHub
 from timewheel.herds import HerdReport
@@ -36,13 +36,12 @@ from timewheel.stores.base import (
     Store,
     SupportsCompactInsert,
     SupportsInspection,
-    SupportsServerClock,
 )
 from timewheel.task import TERMINAL_STATES, Task, TaskState
 from timewheel.trigger import Trigger
 from timewheel.wheel import bucket_width
 
-__all__ = ["ClockDriver", "Runtime", "SchedulerStatistics", "scheduler_clock"]
+__all__ = ["ClockDriver", "Runtime", "SchedulerStatistics"]
 
 _P = TaskState.PENDING
 
@@ -68,19 +67,6 @@ class SchedulerStatistics:
     lateness_p99: float | None
     lateness_max: float | None
     uptime: float
-
-
-def scheduler_clock(clock: Clock | None, store: Store) -> Clock:
-    """The clock a scheduler on *store* reads: *clock* (default :class:`SystemClock`), read
-    through the store's server clock when the store keeps one
-    (:class:`~timewheel.stores.base.SupportsServerClock`: PostgreSQL) and time is real. Hosts
-    sharing such a store then agree on due times, leases and wake-ups whatever their own clocks
-    say. A clock that drives time itself (``FakeClock``) is used as it is."""
-    if clock is None:
-        clock = SystemClock()
-    if isinstance(clock, DrivingClock) or not isinstance(store, SupportsServerClock):
-        return clock
-    return store.server_clock(clock)
 
 
 class Runtime:

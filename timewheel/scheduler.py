@@ -47,8 +47,8 @@ from timewheel.recurring import Registry, Schedule, interval_of
 from timewheel.refs import Allowlist
 from timewheel.retention import KeepFinished, keep_finished_seconds
 from timewheel.rules import resolve_zone
-from timewheel.runtime import ClockDriver, Runtime, SchedulerStatistics, scheduler_clock
-from timewheel.stores.base import Store, SupportsCompactInsert
+from timewheel.runtime import ClockDriver, Runtime, SchedulerStatistics
+from timewheel.stores.base import Store, SupportsCompactInsert, store_clock
 from timewheel.stores.memory import MemoryStore
 from timewheel.task import TaskState
 from timewheel.validate import count, seconds
@@ -134,7 +134,7 @@ class Scheduler:
         keep_finished: KeepFinished = "default",
     ) -> None:
         self._store: Store = store if store is not None else MemoryStore()
-        self._clock: Clock = scheduler_clock(clock, self._store)
+        self._clock: Clock = store_clock(clock, self._store)
         resolve_zone(timezone)  # an unknown zone is refused here, not at the first cron
         self.timezone = timezone
         self._fake = isinstance(self._clock, DrivingClock)

@@ -45,8 +45,8 @@ from timewheel.recurring import Registry, Schedule, interval_of
 from timewheel.refs import Allowlist
 from timewheel.retention import KeepFinished, keep_finished_seconds
 from timewheel.rules import resolve_zone
-from timewheel.runtime import Runtime, SchedulerStatistics, scheduler_clock
-from timewheel.stores.base import Store, SupportsCompactInsert
+from timewheel.runtime import Runtime, SchedulerStatistics
+from timewheel.stores.base import Store, SupportsCompactInsert, store_clock
 from timewheel.stores.memory import MemoryStore
 from timewheel.task import TERMINAL_STATES, Task, TaskState
 from timewheel.validate import count, seconds
@@ -124,7 +124,7 @@ class AsyncScheduler:
         keep_finished: KeepFinished = "default",
     ) -> None:
         self._store: Store = store if store is not None else MemoryStore()
-        self._clock: Clock = scheduler_clock(clock, self._store)
+        self._clock: Clock = store_clock(clock, self._store)
         self._dispatcher = AsyncDispatcher(
             concurrency,
             threads=threads,

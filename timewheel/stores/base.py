@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
-from timewheel.clock import Clock
+from timewheel.clock import Clock, DrivingClock, SystemClock
 from timewheel.task import ScheduleRecord, Task, TaskState
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "SupportsNotifications",
     "SupportsServerClock",
     "WorkListener",
+    "store_clock",
 ]
 
 OnConflict = Literal["error", "keep", "replace"]
@@ -381,3 +382,18 @@ class SupportsNotifications(Protocol):
     def listen(self, listener: WorkListener) -> Callable[[], None]:
         """Tell *listener* about other processes' work until the returned function is called."""
         ...
+
+
+def store_clock(clock: Clock | None, store: Store | None) -> Clock:
+    """The clock a scheduler or queue on *store* reads: *clock* (default :class:`SystemClock`),
+    read through the store's server clock when the store keeps one
+    (:class:`SupportsServerClock`: PostgreSQL) and time is real. Hosts sharing such a store then
+    agree on due times, leases and wake-ups whatever their own clocks say. A clock that drives
+    time itself (``FakeClock``) is used as it is."""
+    if clock is None:
+        clock = SystemClock()
+    if isinstance(clock, DrivingClock) or store is None:
+        return clock
+    if isinstance(store, SupportsServerClock):
+        return store.server_clock(clock)
+    return clock
