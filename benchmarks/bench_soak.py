@@ -209,18 +209,29 @@ def main() -> None:
     ap.add_argument("--recurring", type=int, default=20, help="schedules running every second")
     ap.add_argument("--keep", type=float, default=10.0, help="keep_finished, seconds")
     ap.add_argument("--sample", type=float, default=2.0, help="seconds between samples")
+    ap.add_argument(
+        "--stores",
+        default="memory,sqlite",
+        help="the stores soaked, comma-separated (memory, sqlite); the time is split between them",
+    )
     args = ap.parse_args()
     # the planned failures would print a traceback each; they are still formatted and counted
     logging.getLogger("timewheel.dispatch").setLevel(logging.CRITICAL)
-    seconds = (60.0 if args.quick else args.minutes * 60) / 2
-    outcomes = [soak("MemoryStore", tw.MemoryStore(), None, seconds, args)]
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "soak.db"
-        store = SQLiteStore(db)
-        outcomes.append(soak("SQLiteStore", store, db, seconds, args))
-        store.close()
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    if not stores or set(stores) - {"memory", "sqlite"}:
+        raise SystemExit(f"--stores takes memory and/or sqlite, not {args.stores!r}")
+    seconds = (60.0 if args.quick else args.minutes * 60) / len(stores)
+    outcomes = []
+    if "memory" in stores:
+        outcomes.append(soak("MemoryStore", tw.MemoryStore(), None, seconds, args))
+    if "sqlite" in stores:
+        with tempfile.TemporaryDirectory() as tmp:
+            db = Path(tmp) / "soak.db"
+            store = SQLiteStore(db)
+            outcomes.append(soak("SQLiteStore", store, db, seconds, args))
+            store.close()
     print(
-        f"{seconds:.0f} s per store, {args.rate:.0f} tasks/s, {args.recurring} recurring "
+        f"{seconds:.0f} s per store ({args.stores}), {args.rate:.0f} tasks/s, {args.recurring} recurring "
         f"schedules every second, keep_finished={args.keep} s, os.cpu_count()={os.cpu_count()}"
     )
     for out in outcomes:
