@@ -8,9 +8,10 @@ schedules themselves stay.
 The work is bounded: :meth:`Retention.step`, which :meth:`Trigger.fire <timewheel.trigger.
 Trigger.fire>` calls, does nothing until ``interval`` seconds passed since its last pass, then
 deletes at most ``batch`` tasks in one ``prune`` call (one short transaction on SQLite). A pass
-that deleted a full batch is followed by another at the next fire instead of ``interval`` later,
-so retention keeps up with any rate the trigger fires at, one bounded batch per fire, never in
-one long hold of the store.
+that deleted a full batch is followed by another at once instead of ``interval`` later: while
+:attr:`Retention.catching_up` is true, the trigger's next deadline is now, so even an idle trigger
+works through a backlog of expired tasks one bounded batch per step, never in one long hold of
+the store, and other threads get the store between two batches.
 
 A task whose :class:`~timewheel.jobs.Job` handle is still referenced somewhere in this process
 is kept, however old: the scheduler registers every handle it makes (:meth:`Retention.hold`) in a
@@ -21,8 +22,8 @@ each pass longer in proportion.
 
 Stores with maintenance to do (:class:`~timewheel.stores.base.SupportsMaintenance`, such as a WAL
 checkpoint in SQLite) get :meth:`~timewheel.stores.base.SupportsMaintenance.maintain` called from
-here too: right after a pass that deleted tasks, and otherwise at least every
-``maintain_interval`` seconds.
+here too: right after a pass that deleted tasks but not a full batch (the end of a backlog, or
+ordinary expiry), and otherwise at least every ``maintain_interval`` seconds.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ class Retention:
         self._handles_lock = threading.Lock()  # an insert must not meet the copy in held()
         self._next_pass = -math.inf
         self._next_maintenance = -math.inf
+        self._catching_up = False
 
     def hold(self, handle: Handle) -> None:
         """Keep the task of *handle* for as long as *handle* is referenced."""
@@ -135,6 +137,12 @@ class Retention:
             handles = list(self._handles.values())
         return {h.id for h in handles}
 
+    @property
+    def catching_up(self) -> bool:
+        """True after a pass that deleted a full batch: more expired tasks may wait, and the
+        next pass is due at once (the trigger steps again without sleeping)."""
+        return self._catching_up
+
     def step(self, now: float) -> int:
         """One pass, if one is due at *now*: delete at most ``batch`` expired finished tasks and
         maintain the store when it is time. Returns the number of tasks deleted. A full batch
@@ -142,13 +150,18 @@ class Retention:
         if now < self._next_pass:
             return 0
         self._next_pass = now + self.interval
+        self._catching_up = False
         removed = 0
         if self.keep is not None:
             removed = self.store.prune(before=now - self.keep, limit=self.batch, keep=self.held())
             self.removed += removed
             if removed >= self.batch:
-                self._next_pass = now  # more may wait: one more batch at the next fire
-        if self.maintenance is not None and (removed or now >= self._next_maintenance):
+                self._next_pass = now  # more may wait: one more batch at the next step
+                self._catching_up = True
+        # after a backlog is worked off (not after each of its full batches: SQLite's own
+        # checkpoints keep the WAL bounded meanwhile), and at least every maintain_interval
+        done = 0 < removed < self.batch
+        if self.maintenance is not None and (done or now >= self._next_maintenance):
             self.maintenance.maintain(now)
             self._next_maintenance = now + self.maintain_interval
         return removed
