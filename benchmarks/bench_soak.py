@@ -211,6 +211,14 @@ def report(out: Outcome) -> None:
         f"  RSS slope      {slope(xs, [float(s.rss) for s in half]):+9.2f} B/task "
         f"(RSS at the end {last.rss / 2**20:.1f} MiB)"
     )
+    marks = [out.samples[max(0, len(out.samples) * k // 4 - 1)] for k in (1, 2, 3, 4)]
+    quarter = out.samples[3 * len(out.samples) // 4 :]
+    last_slope = slope([float(s.scheduled) for s in quarter], [float(s.rss) for s in quarter])
+    print(
+        "  RSS at 1/4, 1/2, 3/4, end of the run: "
+        + ", ".join(f"{s.rss / 2**20:.1f}" for s in marks)
+        + f" MiB; slope over the last quarter {last_slope:+.2f} B/task"
+    )
     print(
         f"  objects slope  {slope(xs, [float(s.objects) for s in half]):+9.4f} objects/task "
         f"(at the end {last.objects:,})"
