@@ -202,7 +202,7 @@ def test_trigger_retention_step_is_bounded_per_fire() -> None:
     assert store.maintained == [now, now + 5]
 
 
-def test_an_idle_trigger_steps_again_at_once_while_retention_catches_up() -> None:
+def test_an_idle_trigger_steps_again_soon_while_retention_catches_up() -> None:
     store = CountingStore()
     finished_tasks(store, 25, T0)
     clock = FakeClock(start=T0)
@@ -211,12 +211,16 @@ def test_an_idle_trigger_steps_again_at_once_while_retention_catches_up() -> Non
         store, ReadyQueue(100), clock, tick=0.01, start=T0, lease=30, retention=retention
     )
     now = T0 + 100
-    deadlines = []
+    fired, deadlines = [], []
     for _ in range(4):  # nothing is scheduled: only retention asks for a next step
         trigger.fire(now)
-        deadlines.append(trigger.next_deadline(now))
+        fired.append(now)
+        deadline = trigger.next_deadline(now)
+        deadlines.append(deadline)
+        now = deadline if deadline is not None else now + 1
     assert [n for _, n in store.prunes] == [10, 10, 5]
-    assert deadlines[:2] == [now, now], "a full batch: the next one at once"
+    pause = retention.pause
+    assert deadlines[:2] == [fired[0] + pause, fired[1] + pause], "a full batch: another soon"
     assert deadlines[2:] == [None, None], "the backlog is worked off: nothing due"
     assert not retention.catching_up
 

@@ -8,10 +8,12 @@ schedules themselves stay.
 The work is bounded: :meth:`Retention.step`, which :meth:`Trigger.fire <timewheel.trigger.
 Trigger.fire>` calls, does nothing until ``interval`` seconds passed since its last pass, then
 deletes at most ``batch`` tasks in one ``prune`` call (one short transaction on SQLite). A pass
-that deleted a full batch is followed by another at once instead of ``interval`` later: while
-:attr:`Retention.catching_up` is true, the trigger's next deadline is now, so even an idle trigger
-works through a backlog of expired tasks one bounded batch per step, never in one long hold of
-the store, and other threads get the store between two batches.
+that deleted a full batch is followed by another ``pause`` seconds later instead of ``interval``
+later: while :attr:`Retention.catching_up` is true, the trigger's next deadline is
+:attr:`Retention.next_pass`, so even an idle trigger works through a backlog of expired tasks one
+bounded batch per step, never in one long hold of the store, and the pause leaves the store to
+other threads between two batches (an SQLite writer polls for the write lock: without a pause,
+back-to-back batches would keep it waiting for the whole backlog).
 
 A task whose :class:`~timewheel.jobs.Job` handle is still referenced somewhere in this process
 is kept, however old: the scheduler registers every handle it makes (:meth:`Retention.hold`) in a
@@ -97,6 +99,7 @@ class Retention:
             then only do the store's maintenance).
         batch: most tasks deleted per pass.
         interval: least seconds between two passes, unless the last one deleted a full batch.
+        pause: seconds between two passes while a backlog is worked off (after a full batch).
         maintain_interval: most seconds between two maintenance calls, for stores that have
             maintenance to do.
 
@@ -111,12 +114,14 @@ class Retention:
         batch: int = 500,
         interval: float = 5.0,
         maintain_interval: float = 120.0,
+        pause: float = 0.01,
     ) -> None:
         self.store = store
         self.keep = keep
         self.batch = batch
         self.interval = interval
         self.maintain_interval = maintain_interval
+        self.pause = pause
         self.maintenance = store if isinstance(store, SupportsMaintenance) else None
         #: tasks deleted by all passes so far
         self.removed = 0
@@ -140,13 +145,19 @@ class Retention:
     @property
     def catching_up(self) -> bool:
         """True after a pass that deleted a full batch: more expired tasks may wait, and the
-        next pass is due at once (the trigger steps again without sleeping)."""
+        next pass is due ``pause`` seconds later (:attr:`next_pass`), whatever else the trigger
+        has to do."""
         return self._catching_up
+
+    @property
+    def next_pass(self) -> float:
+        """When the next pass is due (scheduler clock, epoch seconds)."""
+        return self._next_pass
 
     def step(self, now: float) -> int:
         """One pass, if one is due at *now*: delete at most ``batch`` expired finished tasks and
         maintain the store when it is time. Returns the number of tasks deleted. A full batch
-        makes the next pass due at once (the next fire)."""
+        makes the next pass due ``pause`` seconds later."""
         if now < self._next_pass:
             return 0
         self._next_pass = now + self.interval
@@ -156,7 +167,7 @@ class Retention:
             removed = self.store.prune(before=now - self.keep, limit=self.batch, keep=self.held())
             self.removed += removed
             if removed >= self.batch:
-                self._next_pass = now  # more may wait: one more batch at the next step
+                self._next_pass = now + self.pause  # more may wait: another batch soon
                 self._catching_up = True
         # after a backlog is worked off (not after each of its full batches: SQLite's own
         # checkpoints keep the WAL bounded meanwhile), and at least every maintain_interval

@@ -623,7 +623,8 @@ class Trigger:
         if self.backlog and self._refill_due():
             deadline = now if deadline is None else min(deadline, now)
         if self.retention is not None and self.retention.catching_up:
-            deadline = now  # expired tasks wait: the next batch at once
+            at = self.retention.next_pass  # expired tasks wait: the next batch soon
+            deadline = at if deadline is None else min(deadline, at)
         return deadline
 
     def promote(self, ids: Sequence[str], now: float) -> None:
