@@ -12,20 +12,38 @@ open file descriptors, threads, and the database and WAL sizes. At the end it pr
 * lost runs (one-shot tasks scheduled that never ran) and duplicated runs (ran twice): both must
   be zero; and how many runs the recurring schedules made.
 
+Three more measurements, each run alone when asked for (``--restarts``, ``--timeouts``,
+``--prune``/``--prune-sqlite``; the soak is then skipped):
+
+* ``--restarts N``: N schedulers started, used and shut down one after the other on one SQLite
+  store; open fds and threads after each (they must stay flat);
+* ``--timeouts N``: N tasks on one scheduler (SQLite) that overrun a 50 ms timeout, in waves of
+  ten; fds and threads as they go (each abandoned worker is replaced, and its thread and
+  connection go when its function returns);
+* ``--prune N`` (memory) / ``--prune-sqlite N``: a store holding N finished tasks past their
+  retention, emptied by a running scheduler's retention: the trigger's step times (longest, p99;
+  wall clock, and the trigger thread's CPU time, which a busy machine does not inflate) and the
+  longest wait of another thread writing to the store meanwhile.
+
 Run::
 
     python benchmarks/bench_soak.py                # 5 minutes (half per store)
     python benchmarks/bench_soak.py --quick        # 1 minute
     python benchmarks/bench_soak.py --minutes 60 --rate 1000
+    python benchmarks/bench_soak.py --stores memory --minutes 10 --keep 60
+    python benchmarks/bench_soak.py --restarts 100 --timeouts 1000
+    python benchmarks/bench_soak.py --prune 1000000 --prune-sqlite 1000000
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import logging
 import os
 import random
+import sqlite3
 import statistics
 import tempfile
 import threading
@@ -39,6 +57,7 @@ import timewheel as tw
 from timewheel.refs import register
 from timewheel.stores.base import Store
 from timewheel.stores.sqlite import SQLiteStore
+from timewheel.task import Task, TaskState
 
 _lock = threading.Lock()
 # the bookkeeping is allocated up front (no Python object per task), so it adds nothing to the
@@ -69,6 +88,17 @@ def tick() -> None:
         _ticks[0] += 1
 
 
+@register("soak.noop")
+def noop() -> None:
+    """A run that does nothing."""
+
+
+@register("soak.nap")
+def nap(seconds: float) -> None:
+    """A run that sleeps (past its timeout, in ``--timeouts``)."""
+    time.sleep(seconds)
+
+
 @dataclass
 class Sample:
     at: float
@@ -96,6 +126,12 @@ class Outcome:
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def malloc_trim() -> None:
+    """Have glibc return the free memory it keeps to the system (``--malloc-trim``): an RSS
+    that grows with it untrimmed but stays flat trimmed is the allocator's, not live data."""
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def size(path: Path | None) -> int:
@@ -139,6 +175,8 @@ def soak(
         if time.time() >= next_sample:
             now = time.time()
             gc.collect()
+            if args.malloc_trim:
+                malloc_trim()
             out.samples.append(
                 Sample(
                     at=now - start,
@@ -183,6 +221,14 @@ def report(out: Outcome) -> None:
         f"  RSS slope      {slope(xs, [float(s.rss) for s in half]):+9.2f} B/task "
         f"(RSS at the end {last.rss / 2**20:.1f} MiB)"
     )
+    marks = [out.samples[max(0, len(out.samples) * k // 4 - 1)] for k in (1, 2, 3, 4)]
+    quarter = out.samples[3 * len(out.samples) // 4 :]
+    last_slope = slope([float(s.scheduled) for s in quarter], [float(s.rss) for s in quarter])
+    print(
+        "  RSS at 1/4, 1/2, 3/4, end of the run: "
+        + ", ".join(f"{s.rss / 2**20:.1f}" for s in marks)
+        + f" MiB; slope over the last quarter {last_slope:+.2f} B/task"
+    )
     print(
         f"  objects slope  {slope(xs, [float(s.objects) for s in half]):+9.4f} objects/task "
         f"(at the end {last.objects:,})"
@@ -201,6 +247,184 @@ def report(out: Outcome) -> None:
     print(f"  lost runs {out.lost}, duplicated runs {out.duplicated}, recurring runs {out.ticks}")
 
 
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def pool_threads() -> int:
+    """Live worker threads of thread pools (not their heartbeat threads)."""
+    return sum(
+        t.name.startswith("timewheel-")
+        and t.name not in ("timewheel-heartbeat", "timewheel-trigger")
+        for t in threading.enumerate()
+    )
+
+
+def wait_done(jobs: list[tw.Job]) -> None:
+    end = time.monotonic() + 120
+    while not all(j.done() for j in jobs):
+        if time.monotonic() > end:
+            raise SystemExit("tasks did not end within 120 s")
+        time.sleep(0.005)
+
+
+def restarts(n: int) -> None:
+    """Start, use and shut down *n* schedulers in turn on one SQLite store: fds and threads."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore(Path(tmp) / "restarts.db")
+        rows: list[tuple[int, int, int]] = []
+        gc.collect()
+        rows.append((0, open_fds(), threading.active_count()))
+        for i in range(1, n + 1):
+            with tw.Scheduler(store=store) as sched:
+                wait_done([sched.schedule(noop, delay=0) for _ in range(10)])
+            if i in (1, 2, 10) or i % 25 == 0 or i == n:
+                gc.collect()
+                rows.append((i, open_fds(), threading.active_count()))
+        store.close()
+    print(f"\n== {n} scheduler restarts on one SQLite store (10 tasks each)")
+    print("  restarts  fds  threads")
+    for i, fds, threads in rows:
+        print(f"  {i:8}  {fds:3}  {threads:7}")
+
+
+def timeouts(n: int) -> None:
+    """*n* tasks overrunning a 50 ms timeout (sleeping 200 ms) on one scheduler (SQLite)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore(Path(tmp) / "timeouts.db")
+        rows: list[tuple[int, int, int, int]] = []
+        with tw.Scheduler(store=store) as sched:
+            dispatcher = sched.dispatcher
+            assert isinstance(dispatcher, tw.ThreadPoolDispatcher)
+            time.sleep(0.5)
+            rows.append((0, open_fds(), threading.active_count(), pool_threads()))
+            done = 0
+            while done < n:
+                wave = [
+                    sched.schedule(nap, 0.2, delay=0, timeout=0.05)
+                    for _ in range(min(10, n - done))
+                ]
+                wait_done(wave)
+                done += len(wave)
+                if done % 100 == 0 or done == n:
+                    time.sleep(0.3)  # the abandoned functions return; their threads end
+                    gc.collect()
+                    rows.append((done, open_fds(), threading.active_count(), pool_threads()))
+            timed_out = sched.statistics().timed_out
+        store.close()
+    print(f"\n== {n} tasks timing out (50 ms timeout, 200 ms run) on one SQLite scheduler")
+    print(f"  timed out: {timed_out}")
+    print(f"  {dispatcher.workers} workers; after each hundred tasks and 0.3 s:")
+    print("  tasks  fds  threads  worker threads")
+    for i, fds, threads, workers in rows:
+        print(f"  {i:5}  {fds:3}  {threads:7}  {workers:14}")
+
+
+def fill_finished(store: Store, db: Path | None, n: int, old: float) -> None:
+    """Put *n* tasks in *store* that SUCCEEDED at *old*: inserted, then claimed and finished
+    through the store's methods (memory), or ended by one SQL ``UPDATE`` (SQLite: a million
+    finishing transactions would take long, and the rows are the same)."""
+    for first in range(0, n, 50_000):
+        store.insert_many(
+            [
+                Task(id=f"t{i}", func="soak.noop", due=old + i * 1e-3, created=old)
+                for i in range(first, min(n, first + 50_000))
+            ]
+        )
+    if db is not None:
+        with sqlite3.connect(db) as conn:
+            conn.execute(
+                "UPDATE tasks SET state = 'succeeded', version = 1, attempts = 1, updated = ?",
+                (int(old * 1e6),),
+            )
+        conn.close()
+        return
+    ids = [f"t{i}" for i in range(n)]
+    for first in range(0, n, 1000):
+        chunk = ids[first : first + 1000]
+        for task in store.promote(chunk, old + n):
+            claimed = store.claim(
+                task.id,
+                expected_version=task.version,
+                owner="fill",
+                lease_expires=old + 60,
+                now=old,
+            )
+            assert claimed is not None
+            store.finish(task.id, owner="fill", state=TaskState.SUCCEEDED, now=old)
+
+
+def prune(n: int, durable: bool) -> None:
+    """Retention empties a store of *n* expired finished tasks while another thread writes."""
+    name = "SQLiteStore" if durable else "MemoryStore"
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "prune.db"
+        store: Store = SQLiteStore(db) if durable else tw.MemoryStore()
+        old = time.time() - 3600
+        began = time.perf_counter()
+        fill_finished(store, db if durable else None, n, old)
+        filled = time.perf_counter() - began
+        if isinstance(store, SQLiteStore):
+            store.checkpoint("TRUNCATE")  # the filling's WAL is not the retention's work
+        sched = tw.Scheduler(store=store, keep_finished=60)
+        trigger = sched.runtime.trigger
+        real_step = trigger.step
+        steps: list[float] = []
+
+        cpu: list[float] = []  # the trigger thread's CPU time per step: its work, not waits
+
+        def timed_step(now: float, *, advance: bool = True) -> float | None:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return real_step(now, advance=advance)
+            finally:
+                steps.append(time.perf_counter() - t0)
+                cpu.append(time.thread_time() - c0)
+
+        trigger.step = timed_step  # type: ignore[method-assign]
+        waits: list[float] = []
+        stop = threading.Event()
+
+        def writer() -> None:  # another thread using the store meanwhile: one write at a time
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                store.delete("no-such-task")
+                waits.append(time.perf_counter() - t0)
+                time.sleep(0.001)
+
+        other = threading.Thread(target=writer, daemon=True)
+        retention = sched.runtime.retention
+        began = time.perf_counter()
+        with sched:
+            other.start()
+            while retention.removed < n:
+                time.sleep(0.05)
+            took = time.perf_counter() - began
+            stop.set()
+            other.join()
+        if durable:
+            assert isinstance(store, SQLiteStore)
+            store.close()
+    steps.sort()
+    cpu.sort()
+    waits.sort()
+    print(f"\n== {name}: retention removes {n:,} expired finished tasks")
+    print(f"  filled in {filled:.1f} s")
+    print(f"  emptied in {took:.1f} s by {len(steps):,} trigger steps")
+    print(
+        f"  trigger step p50 {steps[len(steps) // 2] * 1e3:.2f} ms, "
+        f"p99 {steps[int(len(steps) * 0.99)] * 1e3:.2f} ms, longest {steps[-1] * 1e3:.1f} ms"
+    )
+    print(
+        f"  trigger step CPU time p99 {cpu[int(len(cpu) * 0.99)] * 1e3:.2f} ms, "
+        f"longest {cpu[-1] * 1e3:.1f} ms (the wall times above include waiting for a core)"
+    )
+    print(
+        f"  another thread's write: p99 {waits[int(len(waits) * 0.99)] * 1e3:.2f} ms, "
+        f"longest {waits[-1] * 1e3:.1f} ms ({len(waits):,} writes)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--minutes", type=float, default=5.0, help="total run time (half per store)")
@@ -209,19 +433,53 @@ def main() -> None:
     ap.add_argument("--recurring", type=int, default=20, help="schedules running every second")
     ap.add_argument("--keep", type=float, default=10.0, help="keep_finished, seconds")
     ap.add_argument("--sample", type=float, default=2.0, help="seconds between samples")
+    ap.add_argument(
+        "--malloc-trim",
+        action="store_true",
+        help="call glibc's malloc_trim(0) before each sample (Linux): RSS without the free "
+        "memory the allocator keeps",
+    )
+    ap.add_argument(
+        "--stores",
+        default="memory,sqlite",
+        help="the stores soaked, comma-separated (memory, sqlite); the time is split between them",
+    )
+    ap.add_argument("--restarts", type=int, default=0, help="scheduler restarts on one store")
+    ap.add_argument("--timeouts", type=int, default=0, help="tasks that time out")
+    ap.add_argument("--prune", type=int, default=0, help="finished tasks removed (memory)")
+    ap.add_argument("--prune-sqlite", type=int, default=0, help="finished tasks removed (SQLite)")
     args = ap.parse_args()
     # the planned failures would print a traceback each; they are still formatted and counted
     logging.getLogger("timewheel.dispatch").setLevel(logging.CRITICAL)
-    seconds = (60.0 if args.quick else args.minutes * 60) / 2
-    outcomes = [soak("MemoryStore", tw.MemoryStore(), None, seconds, args)]
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "soak.db"
-        store = SQLiteStore(db)
-        outcomes.append(soak("SQLiteStore", store, db, seconds, args))
-        store.close()
+    if args.restarts or args.timeouts or args.prune or args.prune_sqlite:
+        print(f"os.cpu_count()={os.cpu_count()}")
+        if args.restarts:
+            restarts(args.restarts)
+        if args.timeouts:
+            timeouts(args.timeouts)
+        if args.prune:
+            prune(args.prune, durable=False)
+        if args.prune_sqlite:
+            prune(args.prune_sqlite, durable=True)
+        return
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    if not stores or set(stores) - {"memory", "sqlite"}:
+        raise SystemExit(f"--stores takes memory and/or sqlite, not {args.stores!r}")
+    seconds = (60.0 if args.quick else args.minutes * 60) / len(stores)
+    outcomes = []
+    if "memory" in stores:
+        outcomes.append(soak("MemoryStore", tw.MemoryStore(), None, seconds, args))
+    if "sqlite" in stores:
+        with tempfile.TemporaryDirectory() as tmp:
+            db = Path(tmp) / "soak.db"
+            store = SQLiteStore(db)
+            outcomes.append(soak("SQLiteStore", store, db, seconds, args))
+            store.close()
+    trim = ", malloc_trim before each sample" if args.malloc_trim else ""
     print(
-        f"{seconds:.0f} s per store, {args.rate:.0f} tasks/s, {args.recurring} recurring "
-        f"schedules every second, keep_finished={args.keep} s, os.cpu_count()={os.cpu_count()}"
+        f"{seconds:.0f} s per store ({args.stores}{trim}), {args.rate:.0f} tasks/s, "
+        f"{args.recurring} recurring schedules every second, keep_finished={args.keep} s, "
+        f"os.cpu_count()={os.cpu_count()}"
     )
     for out in outcomes:
         report(out)

@@ -1,10 +1,14 @@
 """A running Scheduler on SQLite claims through the store's batched claim: tasks whose function
-does not import here are reported (not claimed), and an idle store gets its WAL checkpoint."""
+does not import here are reported (not claimed), an idle store gets its WAL checkpoint, and a
+batch's waiting tasks are neither timed out before they start nor held by a worker that timed
+out."""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,35 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
         if time.monotonic() > end:
             raise AssertionError(f"gave up waiting for {what}")
         time.sleep(0.01)
+
+
+_GATE = threading.Event()
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    """The event :func:`hold` waits on; set at teardown so no thread outlives a test."""
+    _GATE.clear()
+    yield _GATE
+    _GATE.set()
+
+
+def hold(seconds: float) -> None:
+    _GATE.wait(seconds)
+
+
+def counting_claims(store: SQLiteStore) -> list[int]:
+    """Record the size of every batched claim *store* makes."""
+    claims: list[int] = []
+    real = store.claim_next
+
+    def counting(**kw: object) -> list[Task]:
+        got = real(**kw)  # type: ignore[arg-type]
+        claims.append(len(got))
+        return got
+
+    store.claim_next = counting  # type: ignore[method-assign]
+    return claims
 
 
 def record(path: str, value: int) -> None:
@@ -92,4 +125,54 @@ def test_an_idle_running_scheduler_checkpoints_the_wal(
         assert wal.exists()
         # nothing is due: an idle worker asks the store, which truncates the WAL
         wait_for(lambda: wal.stat().st_size == 0, "the idle checkpoint")
+    store.close()
+
+
+@pytest.mark.realclock
+def test_a_batched_task_times_out_from_its_start_not_from_its_claim(
+    tmp_path: Path, gate: threading.Event
+) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    claims = counting_claims(store)
+    out = tmp_path / "out.txt"
+    pool = tw.ThreadPoolDispatcher(workers=1, claim_batch=8)
+    sched = tw.Scheduler(store=store, dispatcher=pool, allow=[__name__])
+    first = sched.schedule(hold, GUARD, delay=0, priority=1)  # first in the batch, no timeout
+    rest = [sched.schedule(record, str(out), i, delay=0, timeout=1.0) for i in range(5)]
+    with sched:
+        wait_for(lambda: first.state is TaskState.RUNNING, "the first task to start")
+        assert claims[0] == 6, "one claim took the whole batch"
+        time.sleep(2.0)  # the rest wait behind it for longer than their timeout
+        gate.set()
+        for job in rest:
+            job.result(timeout=GUARD)  # before their start, their timeout did not run
+        first.result(timeout=GUARD)
+    assert [job.state for job in rest] == [TaskState.SUCCEEDED] * 5
+    assert sorted(int(x) for x in out.read_text().split()) == list(range(5))
+    store.close()
+
+
+@pytest.mark.realclock
+def test_a_worker_that_timed_out_hands_back_its_batch_and_is_replaced_once(
+    tmp_path: Path, gate: threading.Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    claims = counting_claims(store)
+    out = tmp_path / "out.txt"
+    pool = tw.ThreadPoolDispatcher(workers=1, claim_batch=8)
+    sched = tw.Scheduler(store=store, dispatcher=pool, allow=[__name__])
+    stuck = sched.schedule(hold, GUARD, delay=0, priority=1, timeout=0.2)
+    rest = [sched.schedule(record, str(out), i, delay=0, timeout=5.0) for i in range(5)]
+    with caplog.at_level(logging.WARNING, logger="timewheel"), sched:
+        # the stuck function never returns while the test runs: the tasks it claimed with it
+        # go back to READY when it times out, and its one replacement runs them
+        for job in rest:
+            job.result(timeout=GUARD)
+        assert claims[0] == 6, "one claim took the whole batch"
+        assert stuck.state is TaskState.TIMED_OUT
+        assert [job.state for job in rest] == [TaskState.SUCCEEDED] * 5
+        workers = [t for t in pool._threads if t.name != "timewheel-heartbeat"]
+        assert len(workers) == 2, "the first worker and one replacement"
+        assert not [r for r in caplog.records if "lost" in r.getMessage()]
+        gate.set()
     store.close()

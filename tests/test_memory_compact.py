@@ -326,3 +326,27 @@ def test_prune_releases_the_lock_between_batches(monkeypatch: pytest.MonkeyPatch
     assert sorted(t.id for t in s.tasks()) == ["kept", "young"]
     assert s.count_by_state() == {S.CANCELLED: 1, S.PENDING: 1}
     s._lite._check()
+
+
+def test_prune_lets_a_waiting_thread_in_between_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between two batches the pruning thread hands over the interpreter, unlocked: another
+    thread's write made at that moment goes through (with the lock held it would block)."""
+    monkeypatch.setattr(memory, "_PRUNE_BATCH", 3)
+    s = MemoryStore()
+    for i in range(9):
+        s.insert(Task(id=f"c{i}", func=work, due=1.0, created=1.0))
+        s.transition(f"c{i}", expected_version=0, state=S.CANCELLED, now=2.0)
+    written: list[str] = []
+
+    def other_thread_writes() -> None:
+        task_id = f"w{len(written)}"
+        t = threading.Thread(target=s.insert, args=(Task(id=task_id, func=work, due=9.0),))
+        t.start()
+        t.join(10.0)
+        assert not t.is_alive(), "the lock was held between two batches"
+        written.append(task_id)
+
+    monkeypatch.setattr(memory, "_let_others_in", other_thread_writes)
+    assert s.prune(before=10.0, states=[S.CANCELLED]) == 9
+    assert written == ["w0", "w1", "w2"], "once after each batch"
+    assert sorted(t.id for t in s.tasks()) == written

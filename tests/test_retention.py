@@ -197,8 +197,32 @@ def test_trigger_retention_step_is_bounded_per_fire() -> None:
     assert all(limit == 10 for limit, _ in store.prunes), "every pass is bounded by the batch"
     assert removed == [10, 20, 25, 25, 25, 25, 25, 25]
     assert retention.removed == 25
-    # maintenance: after each pass that deleted tasks, then every maintain_interval
-    assert store.maintained == [now, now + 2.5, now + 5]
+    # maintenance: at the first pass, after the pass that ended the backlog, then every
+    # maintain_interval (not after each full batch)
+    assert store.maintained == [now, now + 5]
+
+
+def test_an_idle_trigger_steps_again_soon_while_retention_catches_up() -> None:
+    store = CountingStore()
+    finished_tasks(store, 25, T0)
+    clock = FakeClock(start=T0)
+    retention = Retention(store, 60.0, batch=10, interval=5.0, maintain_interval=1000.0)
+    trigger = Trigger(
+        store, ReadyQueue(100), clock, tick=0.01, start=T0, lease=30, retention=retention
+    )
+    now = T0 + 100
+    fired, deadlines = [], []
+    for _ in range(4):  # nothing is scheduled: only retention asks for a next step
+        trigger.fire(now)
+        fired.append(now)
+        deadline = trigger.next_deadline(now)
+        deadlines.append(deadline)
+        now = deadline if deadline is not None else now + 1
+    assert [n for _, n in store.prunes] == [10, 10, 5]
+    pause = retention.pause
+    assert deadlines[:2] == [fired[0] + pause, fired[1] + pause], "a full batch: another soon"
+    assert deadlines[2:] == [None, None], "the backlog is worked off: nothing due"
+    assert not retention.catching_up
 
 
 def test_maintenance_runs_every_interval_without_retention() -> None:

@@ -745,6 +745,34 @@ def test_prune_deletes_in_batches_of_its_own_transactions(
     assert deps == [("live", "d")]  # the edge to the pruned "x" is gone with it
 
 
+def test_a_bounded_prune_reads_a_window_and_sweeps_on_to_expired_tasks(
+    store: SQLiteStore,
+) -> None:
+    """Expired tasks behind many kept ones (by due time) are reached by the sweep a window per
+    call; the kept ones are never all read by one call."""
+    store.insert_many([_task(f"k{i:02}", due=T0 + i) for i in range(30)])
+    store.insert_many([_task(f"e{i}", due=T0 + 100 + i) for i in range(3)])
+    for i in range(30):  # ended recently: kept
+        store.transition(f"k{i:02}", expected_version=0, state=S.CANCELLED, now=T0 + 500)
+    for i in range(3):  # ended long ago: expired
+        store.transition(f"e{i}", expected_version=0, state=S.CANCELLED, now=T0 + 1)
+    found = [store.prune(before=T0 + 100, states=[S.CANCELLED], limit=5) for _ in range(6)]
+    # each call reads the first 5 rows by due, then the next 5 of its sweep: the 30 kept rows
+    # are passed 5 by 5, the expired ones found by the sixth call's sweep
+    assert found == [0, 0, 0, 0, 0, 3]
+    assert {t.id for t in store.tasks()} == {f"k{i:02}" for i in range(30)}
+    # the sweep wrapped around at the end of the state: it starts over
+    assert [store.prune(before=T0 + 600, states=[S.CANCELLED], limit=5) for _ in range(7)] == [
+        5,
+        5,
+        5,
+        5,
+        5,
+        5,
+        0,
+    ]
+
+
 def test_prune_leaves_the_wal_small(db: Path) -> None:
     s = SQLiteStore(db, durability="fast")
     try:

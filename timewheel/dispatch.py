@@ -342,10 +342,16 @@ def run_claimed(
     owner: str,
     func: Callable[..., Any],
     running: _Running | None = None,
+    *,
+    begun: bool = False,
 ) -> None:
-    """Run a task *owner* has claimed and store the outcome (retries applied)."""
+    """Run a task *owner* has claimed and store the outcome (retries applied).
+
+    With *begun*, *running* already holds the task as started (a batch claim's task, begun by
+    its worker); otherwise it is added there now.
+    """
     clock = engine.clock
-    if running is not None:
+    if running is not None and not begun:
         running.add(claimed, owner, clock.monotonic())
 
     def outcome(**result: Any) -> None:
@@ -379,28 +385,51 @@ def run_claimed(
 
 
 class _Running:
-    """Tasks running in one dispatcher: for heartbeats, timeouts and shutdown release."""
+    """Tasks held by one dispatcher's workers: for heartbeats, timeouts and shutdown release.
+
+    A task claimed in a batch waits, held but not started (``started`` None), until its worker
+    reaches it; its timeout counts from :meth:`begin`, when it starts running.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_id: dict[str, tuple[Task, str, float]] = {}
+        self._by_id: dict[str, tuple[Task, str, float | None]] = {}
 
-    def add(self, task: Task, owner: str, started: float) -> None:
+    def add(self, task: Task, owner: str, started: float | None) -> None:
         with self._lock:
             self._by_id[task.id] = (task, owner, started)
 
-    def remove(self, task_id: str, owner: str) -> None:
+    def begin(self, task_id: str, owner: str, started: float) -> bool:
+        """Mark a held task as running from *started*; False if *owner* no longer holds it
+        (handed back because its worker was abandoned)."""
+        with self._lock:
+            cur = self._by_id.get(task_id)
+            if cur is None or cur[1] != owner:
+                return False
+            self._by_id[task_id] = (cur[0], owner, started)
+            return True
+
+    def remove(self, task_id: str, owner: str) -> bool:
+        """Forget *owner*'s hold on a task; False if it did not hold it (any more)."""
         with self._lock:
             cur = self._by_id.get(task_id)
             if cur is not None and cur[1] == owner:
                 del self._by_id[task_id]
+                return True
+            return False
+
+    def waiting(self, owner: str) -> list[Task]:
+        """Forget and return the tasks *owner* holds but has not started."""
+        with self._lock:
+            ids = [i for i, (_, o, s) in self._by_id.items() if o == owner and s is None]
+            return [self._by_id.pop(i)[0] for i in ids]
 
     def holds(self, task_id: str, owner: str) -> bool:
         with self._lock:
             cur = self._by_id.get(task_id)
             return cur is not None and cur[1] == owner
 
-    def snapshot(self) -> list[tuple[Task, str, float]]:
+    def snapshot(self) -> list[tuple[Task, str, float | None]]:
         with self._lock:
             return list(self._by_id.values())
 
@@ -619,12 +648,14 @@ class ThreadPoolDispatcher:
                 if ready.pull_nowait(self.queues) is None:
                     break
         claimed = engine.claim_batch(owner, limit, self.queues)
-        start = engine.clock.monotonic()
         for task in claimed:  # leased from now: the heartbeat covers the ones still waiting
-            self._running.add(task, owner, start)
+            self._running.add(task, owner, None)  # its timeout counts once it starts
         for task in claimed:
             if self._stop.is_set():
                 return  # shutdown releases what is still waiting back to READY
+            if not self._running.begin(task.id, owner, engine.clock.monotonic()):
+                # this worker timed out on an earlier task: the heartbeat handed back the rest
+                return
             try:
                 func = engine.resolve(task)
             except ReferenceNotAllowedError as e:
@@ -635,14 +666,10 @@ class ThreadPoolDispatcher:
                 report_unresolved(task, e)
                 self._release(engine, task, owner, "its function does not import here")
                 continue
-            run_claimed(engine, task, owner, func, self._running)
+            run_claimed(engine, task, owner, func, self._running, begun=True)
             with self._lock:
-                abandoned = owner in self._abandoned
-            if abandoned:
-                # timed out: a replacement worker serves on; hand back what this one still holds
-                for rest in claimed[claimed.index(task) + 1 :]:
-                    self._release(engine, rest, owner, "its worker timed out on another task")
-                return
+                if owner in self._abandoned:
+                    return  # timed out: its waiting tasks are back in READY already
 
     def _release(self, engine: Engine, task: Task, owner: str, why: str) -> None:
         """Give a claimed, not started task back: READY again at once, not after its lease."""
@@ -674,20 +701,33 @@ class ThreadPoolDispatcher:
             mono = clock.monotonic()
             # timeouts are checked every pass; leases are extended every interval
             for task, owner, started in self._running.snapshot():
-                if task.timeout is not None and mono - started > task.timeout:
-                    self._running.remove(task.id, owner)
-                    with self._lock:
-                        self._abandoned.add(owner)
-                    try:
-                        complete(engine, task, owner, timed_out=True)
-                    except Exception:
-                        log.exception("task %r: error while timing it out", task.id)
-                    if not self._stop.is_set():
-                        self._spawn()
+                if task.timeout is None or started is None:
+                    continue
+                if mono - started > task.timeout:
+                    self._time_out(engine, task, owner)
             if mono < deadline:
                 continue
             deadline = mono + interval
             self.beat()
+
+    def _time_out(self, engine: Engine, task: Task, owner: str) -> None:
+        """Abandon *owner*, stuck in *task* past its timeout: store the timeout, hand the tasks
+        it claimed but has not started back to READY, and start one worker in its place."""
+        if not self._running.remove(task.id, owner):
+            return  # it finished since the snapshot
+        with self._lock:
+            first = owner not in self._abandoned
+            self._abandoned.add(owner)
+        try:
+            complete(engine, task, owner, timed_out=True)
+        except Exception:
+            log.exception("task %r: error while timing it out", task.id)
+        if not first:
+            return
+        for rest in self._running.waiting(owner):
+            self._release(engine, rest, owner, "its worker timed out on another task")
+        if not self._stop.is_set():
+            self._spawn()
 
     def beat(self) -> None:
         """Extend the lease of every task running in this pool, now.

@@ -8,9 +8,12 @@ schedules themselves stay.
 The work is bounded: :meth:`Retention.step`, which :meth:`Trigger.fire <timewheel.trigger.
 Trigger.fire>` calls, does nothing until ``interval`` seconds passed since its last pass, then
 deletes at most ``batch`` tasks in one ``prune`` call (one short transaction on SQLite). A pass
-that deleted a full batch is followed by another at the next fire instead of ``interval`` later,
-so retention keeps up with any rate the trigger fires at, one bounded batch per fire, never in
-one long hold of the store.
+that deleted a full batch is followed by another ``pause`` seconds later instead of ``interval``
+later: while :attr:`Retention.catching_up` is true, the trigger's next deadline is
+:attr:`Retention.next_pass`, so even an idle trigger works through a backlog of expired tasks one
+bounded batch per step, never in one long hold of the store, and the pause leaves the store to
+other threads between two batches (an SQLite writer polls for the write lock: without a pause,
+back-to-back batches would keep it waiting for the whole backlog).
 
 A task whose :class:`~timewheel.jobs.Job` handle is still referenced somewhere in this process
 is kept, however old: the scheduler registers every handle it makes (:meth:`Retention.hold`) in a
@@ -21,8 +24,8 @@ each pass longer in proportion.
 
 Stores with maintenance to do (:class:`~timewheel.stores.base.SupportsMaintenance`, such as a WAL
 checkpoint in SQLite) get :meth:`~timewheel.stores.base.SupportsMaintenance.maintain` called from
-here too: right after a pass that deleted tasks, and otherwise at least every
-``maintain_interval`` seconds.
+here too: right after a pass that deleted tasks but not a full batch (the end of a backlog, or
+ordinary expiry), and otherwise at least every ``maintain_interval`` seconds.
 """
 
 from __future__ import annotations
@@ -96,6 +99,7 @@ class Retention:
             then only do the store's maintenance).
         batch: most tasks deleted per pass.
         interval: least seconds between two passes, unless the last one deleted a full batch.
+        pause: seconds between two passes while a backlog is worked off (after a full batch).
         maintain_interval: most seconds between two maintenance calls, for stores that have
             maintenance to do.
 
@@ -110,12 +114,14 @@ class Retention:
         batch: int = 500,
         interval: float = 5.0,
         maintain_interval: float = 120.0,
+        pause: float = 0.01,
     ) -> None:
         self.store = store
         self.keep = keep
         self.batch = batch
         self.interval = interval
         self.maintain_interval = maintain_interval
+        self.pause = pause
         self.maintenance = store if isinstance(store, SupportsMaintenance) else None
         #: tasks deleted by all passes so far
         self.removed = 0
@@ -123,6 +129,7 @@ class Retention:
         self._handles_lock = threading.Lock()  # an insert must not meet the copy in held()
         self._next_pass = -math.inf
         self._next_maintenance = -math.inf
+        self._catching_up = False
 
     def hold(self, handle: Handle) -> None:
         """Keep the task of *handle* for as long as *handle* is referenced."""
@@ -135,20 +142,37 @@ class Retention:
             handles = list(self._handles.values())
         return {h.id for h in handles}
 
+    @property
+    def catching_up(self) -> bool:
+        """True after a pass that deleted a full batch: more expired tasks may wait, and the
+        next pass is due ``pause`` seconds later (:attr:`next_pass`), whatever else the trigger
+        has to do."""
+        return self._catching_up
+
+    @property
+    def next_pass(self) -> float:
+        """When the next pass is due (scheduler clock, epoch seconds)."""
+        return self._next_pass
+
     def step(self, now: float) -> int:
         """One pass, if one is due at *now*: delete at most ``batch`` expired finished tasks and
         maintain the store when it is time. Returns the number of tasks deleted. A full batch
-        makes the next pass due at once (the next fire)."""
+        makes the next pass due ``pause`` seconds later."""
         if now < self._next_pass:
             return 0
         self._next_pass = now + self.interval
+        self._catching_up = False
         removed = 0
         if self.keep is not None:
             removed = self.store.prune(before=now - self.keep, limit=self.batch, keep=self.held())
             self.removed += removed
             if removed >= self.batch:
-                self._next_pass = now  # more may wait: one more batch at the next fire
-        if self.maintenance is not None and (removed or now >= self._next_maintenance):
+                self._next_pass = now + self.pause  # more may wait: another batch soon
+                self._catching_up = True
+        # after a backlog is worked off (not after each of its full batches: SQLite's own
+        # checkpoints keep the WAL bounded meanwhile), and at least every maintain_interval
+        done = 0 < removed < self.batch
+        if self.maintenance is not None and (done or now >= self._next_maintenance):
             self.maintenance.maintain(now)
             self._next_maintenance = now + self.maintain_interval
         return removed

@@ -598,7 +598,7 @@ class Trigger:
 
     def next_deadline(self, now: float) -> float | None:
         """The earliest instant something is due: a wheel entry, a cascade step, a staged herd,
-        a pre-warming slice, a refill."""
+        a pre-warming slice, a refill, a retention batch after a full one."""
         with self.lock:
             deadline = self.wheel.next_deadline()
             heap = self._staged_heap
@@ -622,6 +622,9 @@ class Trigger:
             deadline = refill if deadline is None else min(deadline, refill)
         if self.backlog and self._refill_due():
             deadline = now if deadline is None else min(deadline, now)
+        if self.retention is not None and self.retention.catching_up:
+            at = self.retention.next_pass  # expired tasks wait: the next batch soon
+            deadline = at if deadline is None else min(deadline, at)
         return deadline
 
     def promote(self, ids: Sequence[str], now: float) -> None:

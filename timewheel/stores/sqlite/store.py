@@ -75,6 +75,14 @@ _PRUNE_SELECT = (
     "AND (due, rowid) > (?, ?) ORDER BY due, rowid LIMIT ?"
 )
 _MIN_INT64 = -(2**63)
+_SWEEP_START = (_MIN_INT64, _MIN_INT64)
+# a bounded prune reads a window of rows per state, expired or not (the expiry is checked here):
+# the index is by due time, not by when a task ended, so a filter on ``updated`` in SQL would read
+# every kept row of the state whenever none has expired
+_SWEEP_SELECT = (
+    "SELECT due, rowid, id, updated FROM tasks INDEXED BY tasks_state WHERE state = ? "
+    "AND (due, rowid) > (?, ?) ORDER BY due, rowid LIMIT ?"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,6 +167,8 @@ class SQLiteStore(Store):
         self.read_only = read_only
         self._verify = verify
         self._last_checkpoint = time.monotonic()
+        # per state, where the bounded prune's sweep goes on (due, rowid): see prune()
+        self._sweep: dict[str, tuple[int, int]] = {}
         self._claimable = policy.ClaimableRefs("SQLiteStore")
         conn, mode, immutable = schema.open_database(
             self.path,
@@ -545,9 +555,13 @@ class SQLiteStore(Store):
         Without *limit*, deletes in transactions of at most a few hundred tasks, releasing the
         write lock between them so other writers keep going, then checkpoints the WAL so it
         shrinks back. Each state is walked once along its index (by due time), so the work is
-        linear in its tasks. With *limit*, one transaction reads at most ``limit + len(keep)``
-        rows per state, earliest due first, and deletes at most *limit* of them (no checkpoint:
-        :meth:`maintain` does that). Tasks whose id is in *keep* stay.
+        linear in its tasks. With *limit*, one transaction reads at most two windows of
+        ``limit + len(keep)`` rows per state, expired or not, and deletes at most *limit* of them
+        (no checkpoint: :meth:`maintain` does that): the first window from the earliest due,
+        where tasks that ended long ago gather, the second from where the previous call's second
+        window stopped, so that successive calls sweep the whole state, wrapping around at its
+        end, and reach expired tasks behind any number of kept ones. The cost of a call is
+        bounded by *limit* whatever the number of tasks kept. Tasks whose id is in *keep* stay.
         """
         sts = sorted({TaskState(s).value for s in (TERMINAL_STATES if states is None else states)})
         before_us = to_us(before)
@@ -576,22 +590,34 @@ class SQLiteStore(Store):
     def _prune_some(
         self, states: Sequence[str], before_us: int, limit: int, keep: Collection[str]
     ) -> int:
-        """The bounded :meth:`prune`: one transaction, a bounded read per state."""
+        """The bounded :meth:`prune`: one transaction, two bounded windows read per state."""
         if limit <= 0:
             return 0
-        doomed: list[str] = []
+        look = limit + len(keep)
+        doomed: dict[str, None] = {}  # in order, once each
+
+        def take(rows: list[tuple[int, int, str, int]]) -> tuple[int, int] | None:
+            """Mark the expired *rows*; the position of the last row looked at, None at the
+            end of the state."""
+            for due, rowid, task_id, updated in rows:
+                if updated < before_us and task_id not in keep:
+                    doomed[task_id] = None
+                    if len(doomed) >= limit:
+                        return (due, rowid)
+            return None if len(rows) < look else (rows[-1][0], rows[-1][1])
+
         with self._tx("pruning tasks") as conn:
             for state in states:
-                rows = conn.execute(
-                    _PRUNE_SELECT,
-                    (state, before_us, _MIN_INT64, _MIN_INT64, limit - len(doomed) + len(keep)),
-                ).fetchall()
-                doomed.extend(task_id for _, _, task_id in rows if task_id not in keep)
-                del doomed[limit:]
                 if len(doomed) >= limit:
                     break
+                stop = take(conn.execute(_SWEEP_SELECT, (state, *_SWEEP_START, look)).fetchall())
+                if stop is None or len(doomed) >= limit:
+                    continue  # the whole state was read, or the batch is full
+                cursor = max(self._sweep.get(state, _SWEEP_START), stop)  # past the first window
+                rows = conn.execute(_SWEEP_SELECT, (state, *cursor, look)).fetchall()
+                self._sweep[state] = take(rows) or _SWEEP_START
             if doomed:
-                self._delete_rows(conn, doomed)
+                self._delete_rows(conn, list(doomed))
         return len(doomed)
 
     @staticmethod
