@@ -174,5 +174,8 @@ def test_a_worker_that_timed_out_hands_back_its_batch_and_is_replaced_once(
         workers = [t for t in pool._threads if t.name != "timewheel-heartbeat"]
         assert len(workers) == 2, "the first worker and one replacement"
         assert not [r for r in caplog.records if "lost" in r.getMessage()]
-        gate.set()
+        gate.set()  # the stuck function returns while the scheduler shuts down
+    # its outcome is dropped quietly: the timeout was stored for it, no lease was lost
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [m for m in warnings if "lost" in m], warnings
     store.close()

@@ -358,8 +358,16 @@ def run_claimed(
         # Stop heartbeating before the outcome is stored: a heartbeat between the store step and
         # the removal would find the task no longer RUNNING under this owner and report a lost
         # lease that was never lost.
-        if running is not None:
-            running.remove(claimed.id, owner)
+        if running is not None and not running.remove(claimed.id, owner):
+            # the dispatcher ended this run for it (a timeout, or a release at shutdown) and
+            # stored that end: the late outcome has nowhere to go, and no lease was lost
+            log.info(
+                "%s returned after its run was ended for it (timed out or released); its "
+                "outcome is discarded",
+                task_label(claimed),
+                extra=task_extra(claimed),
+            )
+            return
         complete(engine, claimed, owner, **result)
 
     try:
