@@ -73,6 +73,8 @@ __all__ = [
     "keep_existing",
     "keep_existing_schedule",
     "missing_upstream",
+    "prefix_range",
+    "queue_counts",
     "schedule_not_found",
     "schedule_version_conflict",
     "settle",
@@ -119,7 +121,9 @@ def check_task(task: Task) -> None:
         )
 
 
-MANAGED_TASK_FIELDS = frozenset({"id", "state", "version", "updated", "after", "unmet", "when"})
+MANAGED_TASK_FIELDS = frozenset(
+    {"id", "state", "version", "updated", "started", "after", "unmet", "when"}
+)
 """Task fields a store manages itself: ``transition(**changes)`` refuses to set them."""
 
 
@@ -179,7 +183,8 @@ def check_task_changes(changes: Mapping[str, Any]) -> None:
         if name in MANAGED_TASK_FIELDS or name not in _TASK_FIELDS:
             raise TypeError(
                 f"cannot change {name!r} in a transition: the store manages id, state, version, "
-                "updated and the dependency fields (after, unmet, when)"
+                "updated, started (set as a run starts) and the dependency fields (after, unmet, "
+                "when)"
             )
         check = _CHANGE_CHECKS.get(name)
         if check is not None:
@@ -225,7 +230,8 @@ def keep_existing_schedule(schedule_id: str, on_conflict: str) -> bool:
 
 
 def as_inserted(task: Task, *, version: int = 0) -> Task:
-    """The snapshot an insert stores for *task*: PENDING at *version*, no lease, no error.
+    """The snapshot an insert stores for *task*: PENDING at *version*, no lease, no error, not
+    started.
 
     ``updated`` is set to ``created``, and ``unmet`` to 0 (:func:`count_dependencies` sets it
     for a task with dependencies).
@@ -238,6 +244,7 @@ def as_inserted(task: Task, *, version: int = 0) -> Task:
         and task.error is None
         and task.lease_owner is None
         and task.lease_expires is None
+        and task.started is None
     ):
         return task  # the common case: already as an insert leaves it
     return task.evolve(
@@ -248,6 +255,7 @@ def as_inserted(task: Task, *, version: int = 0) -> Task:
         error=None,
         lease_owner=None,
         lease_expires=None,
+        started=None,
     )
 
 
@@ -378,10 +386,16 @@ def histogram_buckets(horizon: float, bucket: float) -> int:
 _BY_VALUE = {s.value: s for s in TaskState}
 
 
-def ended_rows(rows: Iterable[tuple[str, int, int]]) -> list[tuple[TaskState, float, float]]:
-    """``ended_since``'s answer from ``(state value, due, ended)`` rows (microseconds)."""
+def ended_rows(
+    rows: Iterable[tuple[str, int, int | None, int]],
+) -> list[tuple[TaskState, float, float | None, float]]:
+    """``ended_since``'s answer from ``(state value, due, started, ended)`` rows (microseconds,
+    ``started`` NULL for a task that never ran)."""
     by_value = _BY_VALUE
-    return [(by_value[s], due / 1e6, ended / 1e6) for s, due, ended in rows]
+    return [
+        (by_value[s], due / 1e6, None if started is None else started / 1e6, ended / 1e6)
+        for s, due, started, ended in rows
+    ]
 
 
 def ended_histogram(
@@ -394,6 +408,31 @@ def ended_histogram(
             state = _BY_VALUE[s]
             counts[b][state] = counts[b].get(state, 0) + k
     return [(since + i * bucket, c) for i, c in enumerate(counts)]
+
+
+def queue_counts(rows: Iterable[tuple[str, str, int]]) -> dict[str, dict[TaskState, int]]:
+    """``count_by_queue``'s answer from ``(queue, state value, count)`` rows (zeros dropped)."""
+    out: dict[str, dict[TaskState, int]] = {}
+    for queue, s, n in rows:
+        if n:
+            out.setdefault(queue, {})[_BY_VALUE[s]] = n
+    return out
+
+
+_LAST_CHAR = chr(0x10FFFF)
+
+
+def prefix_range(prefix: str) -> tuple[str, str | None]:
+    """The strings that start with *prefix*, as the range ``[low, high)`` in code point order
+    (the order of SQLite's ``BINARY`` and PostgreSQL's ``"C"`` collation): an index on a column
+    serves ``col >= low AND col < high`` (``high`` None: every string from ``low`` on)."""
+    head = prefix.rstrip(_LAST_CHAR)
+    if not head:
+        return prefix, None
+    following = ord(head[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:  # surrogates are no characters of a stored string
+        following = 0xE000
+    return prefix, head[:-1] + chr(following)
 
 
 def histogram(now: float, bucket: float, counts: Iterable[int]) -> list[tuple[float, int]]:
