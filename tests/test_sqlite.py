@@ -234,7 +234,8 @@ def test_inspection_reads_only_its_indexes(
     store.by_function("tests.", limit=5)
     monkeypatch.undo()
     assert len(plans) == 3, plans
-    assert "COVERING INDEX tasks_queue" in plans[0], plans[0]
+    assert "COVERING INDEX tasks_queue" in plans[0], plans[0]  # the other queues
+    assert "COVERING INDEX tasks_state" in plans[0], plans[0]  # every queue, by state
     assert "COVERING INDEX tasks_ended" in plans[1], plans[1]
     assert "USING INDEX tasks_func (func>? AND func<?)" in plans[2], plans[2]
     for plan in plans:

@@ -649,16 +649,11 @@ class MemoryStore(Store):
         the default one) and each state's size (the default queue has the rest): O(queues *
         states), never a look at the tasks."""
         with self._lock:
-            rest = self.count_by_state()
-            out: dict[str, dict[TaskState, int]] = {}
-            for queue, by_state in self._queued.items():
-                out[queue] = dict(by_state)
-                for s, n in by_state.items():
-                    rest[s] -= n
-        default = {s: n for s, n in rest.items() if n}
-        if default:
-            out[DEFAULT_QUEUE] = default
-        return out
+            rows: list[tuple[str | None, TaskState, int]] = [
+                (None, s, n) for s, n in self.count_by_state().items()
+            ]
+            rows += [(q, s, n) for q, by_state in self._queued.items() for s, n in by_state.items()]
+        return policy.queue_counts(rows)
 
     def by_function(self, prefix: str, *, limit: int) -> list[Task]:
         """Up to *limit* tasks whose function reference starts with *prefix*, by function

@@ -33,6 +33,7 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.task import (
+    DEFAULT_QUEUE,
     TERMINAL_STATES,
     WHEN_VALUES,
     ScheduleRecord,
@@ -49,6 +50,7 @@ __all__ = [
     "ENDED_STATES",
     "MANAGED_TASK_FIELDS",
     "ON_CONFLICT_VALUES",
+    "OTHER_QUEUES_SQL",
     "REPORTED_FAILURES",
     "RETRYING_SQL",
     "SCHEDULE_GONE",
@@ -100,6 +102,11 @@ ENDED_SQL = "state IN (" + ", ".join(f"'{s.value}'" for s in ENDED_STATES) + ")"
 uses it, written once so the two match exactly (a partial index serves only its own condition)."""
 RETRYING_SQL = "state = 'pending' AND attempts > 0"
 """The SQL condition of the SQL stores' index of tasks waiting to run again, and of its query."""
+OTHER_QUEUES_SQL = f"queue <> '{DEFAULT_QUEUE}'"
+"""The SQL condition of the SQL stores' index of queue and state, and of its query: tasks in a
+queue other than the default one, so tasks in the default queue (most, in most applications) add
+nothing to the index as they change state; the default queue's counts are each state's count
+minus the other queues' (see :func:`queue_counts`)."""
 
 
 # -- inserts ---------------------------------------------------------------------------------------
@@ -410,12 +417,24 @@ def ended_histogram(
     return [(since + i * bucket, c) for i, c in enumerate(counts)]
 
 
-def queue_counts(rows: Iterable[tuple[str, str, int]]) -> dict[str, dict[TaskState, int]]:
-    """``count_by_queue``'s answer from ``(queue, state value, count)`` rows (zeros dropped)."""
+def queue_counts(
+    rows: Iterable[tuple[str | None, str | TaskState, int]],
+) -> dict[str, dict[TaskState, int]]:
+    """``count_by_queue``'s answer from ``(queue, state, count)`` rows: a row whose queue is
+    ``None`` counts a state's tasks in every queue, the others count the queues other than the
+    default one; the default queue has the rest (zeros dropped)."""
     out: dict[str, dict[TaskState, int]] = {}
+    rest: dict[TaskState, int] = {}
     for queue, s, n in rows:
-        if n:
-            out.setdefault(queue, {})[_BY_VALUE[s]] = n
+        state = s if isinstance(s, TaskState) else _BY_VALUE[s]
+        if queue is None:
+            rest[state] = rest.get(state, 0) + n
+        elif n:
+            out.setdefault(queue, {})[state] = n
+            rest[state] = rest.get(state, 0) - n
+    default = {s: n for s, n in rest.items() if n}
+    if default:
+        out[DEFAULT_QUEUE] = default
     return out
 
 

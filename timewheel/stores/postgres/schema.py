@@ -19,7 +19,7 @@ import psycopg
 from psycopg import sql
 
 from timewheel.errors import SchemaVersionError, StoreError
-from timewheel.stores.policy import RETRYING_SQL
+from timewheel.stores.policy import OTHER_QUEUES_SQL, RETRYING_SQL
 
 __all__ = ["MIGRATIONS", "NOTIFY_WITHIN", "SCHEMA_VERSION", "migrate", "schema_version"]
 
@@ -126,7 +126,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # function reference (in code point order, so a prefix is one range of the index)
     (
         "ALTER TABLE tasks ADD COLUMN started BIGINT",
-        "CREATE INDEX tasks_queue ON tasks (queue, state)",
+        f"CREATE INDEX tasks_queue ON tasks (queue, state) WHERE {OTHER_QUEUES_SQL}",
         'CREATE INDEX tasks_func ON tasks ((func COLLATE "C"), id)',
     ),
 )

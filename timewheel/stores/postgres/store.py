@@ -893,9 +893,14 @@ class PostgresStore(Store):
         return policy.ended_rows(rows)
 
     def count_by_queue(self) -> dict[str, dict[TaskState, int]]:
-        """Tasks per queue and state, counted along the index of queue and state."""
+        """Tasks per queue and state, in one statement (one snapshot): the queues other than
+        the default one along their index of queue and state, every queue by state."""
         return policy.queue_counts(
-            self._read("SELECT queue, state, count(*) FROM tasks GROUP BY queue, state")
+            self._read(
+                f"SELECT queue, state, count(*) FROM tasks WHERE {policy.OTHER_QUEUES_SQL} "
+                "GROUP BY queue, state UNION ALL SELECT NULL, state, count(*) FROM tasks "
+                "GROUP BY state"
+            )
         )
 
     def by_function(self, prefix: str, *, limit: int) -> list[Task]:

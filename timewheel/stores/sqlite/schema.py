@@ -20,7 +20,7 @@ import sqlite3
 import stat
 
 from timewheel.errors import SchemaVersionError, StoreCorruptError, StoreError
-from timewheel.stores.policy import ENDED_SQL, RETRYING_SQL
+from timewheel.stores.policy import ENDED_SQL, OTHER_QUEUES_SQL, RETRYING_SQL
 from timewheel.stores.sqlite.connections import (
     Durability,
     Mode,
@@ -120,7 +120,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE tasks ADD COLUMN started INTEGER",  # UTC epoch microseconds, NULL = never ran
         "DROP INDEX tasks_ended",
         f"CREATE INDEX tasks_ended ON tasks(updated, state, due, started) WHERE {ENDED_SQL}",
-        "CREATE INDEX tasks_queue ON tasks(queue, state)",  # covering: counts by queue and state
+        # covering: counts by queue and state, of the queues other than the default one
+        f"CREATE INDEX tasks_queue ON tasks(queue, state) WHERE {OTHER_QUEUES_SQL}",
         "CREATE INDEX tasks_func ON tasks(func, id)",
     ),
 )

@@ -808,12 +808,14 @@ class SQLiteStore(Store):
         return policy.ended_rows(rows)
 
     def count_by_queue(self) -> dict[str, dict[TaskState, int]]:
-        """Tasks per queue and state, counted along the index of queue and state (which holds
-        both: the table's rows are not read)."""
+        """Tasks per queue and state, in one statement (one snapshot): the queues other than
+        the default one along their index of queue and state, every queue by state along the
+        index of states (both hold what they count: the table's rows are not read)."""
         return policy.queue_counts(
             self._read(
                 "SELECT queue, state, count(*) FROM tasks INDEXED BY tasks_queue "
-                "GROUP BY queue, state"
+                f"WHERE {policy.OTHER_QUEUES_SQL} GROUP BY queue, state UNION ALL "
+                "SELECT NULL, state, count(*) FROM tasks INDEXED BY tasks_state GROUP BY state"
             )
         )
 
