@@ -288,11 +288,23 @@ def test_search_shows_its_limit(tmp_path: Path) -> None:
         s.close()
 
 
-def cell_text(html: str, element_id: str) -> str:
-    """The text of element *element_id*, its tags removed."""
-    m = re.search(rf'id="{re.escape(element_id)}">(.*?)</p>', html, re.S)
+def cell_text(html: str, element_id: str, tag: str = "p") -> str:
+    """The text of the *tag* element *element_id*, the tags inside removed."""
+    m = re.search(rf'id="{re.escape(element_id)}">(.*?)</{tag}>', html, re.S)
     assert m is not None, element_id
     return re.sub(r"<[^>]+>", "", m.group(1))
+
+
+def test_a_task_page_shows_when_its_run_started(client: TestClient, store: SQLiteStore) -> None:
+    page = client.get("/task/f1").text
+    assert "2027-01-15T07:58:30+00:00" in cell_text(page, "started", "td")  # NOW - 90
+    assert cell(page, "start-lateness") == "10.000 s"  # due NOW - 100
+    assert cell(client.get("/task/p0").text, "started") == "-"
+    # a failed attempt waiting for its retry shows its start, not a lateness against the new due
+    ran(store, "w1", NOW - 50, NOW - 40, TaskState.PENDING, started=NOW - 48, due=NOW + 60)
+    page = client.get("/task/w1").text
+    assert "2027-01-15T07:59:12+00:00" in cell_text(page, "started", "td")
+    assert 'id="start-lateness"' not in page
 
 
 def test_bad_ids_are_a_404_page(client: TestClient) -> None:
