@@ -148,17 +148,17 @@ def test_migrate_command_then_worker_open(postgres_schemas: Schemas) -> None:
     assert row == (str(SCHEMA_VERSION),)
 
 
-def test_a_version_2_schema_gains_the_start_column(
+def test_a_version_3_schema_gains_the_start_column(
     postgres_schemas: Schemas, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A store written before schema 3: its tasks read back with no start, and its runs
+    """A store written before schema 4: its tasks read back with no start, and its runs
     record one from then on."""
     from timewheel.stores.postgres import schema as pg_schema
 
     dsn, name = postgres_schemas()
     with monkeypatch.context() as m:
-        m.setattr(pg_schema, "MIGRATIONS", pg_schema.MIGRATIONS[:2])
-        m.setattr(pg_schema, "SCHEMA_VERSION", 2)
+        m.setattr(pg_schema, "MIGRATIONS", pg_schema.MIGRATIONS[:3])
+        m.setattr(pg_schema, "SCHEMA_VERSION", 3)
         PostgresStore(dsn, schema=name).close()
     with _admin(dsn) as conn:
         conn.execute(
@@ -185,7 +185,7 @@ def test_a_version_2_schema_gains_the_start_column(
         row = conn.execute(
             sql.SQL("SELECT value FROM {}.meta").format(sql.Identifier(name))
         ).fetchone()
-    assert row == (str(SCHEMA_VERSION),) == ("3",)
+    assert row == (str(SCHEMA_VERSION),) == ("4",)
 
 
 def test_inspection_queries_can_use_their_indexes(
