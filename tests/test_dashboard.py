@@ -60,10 +60,12 @@ HERD_AT = NOW + 1830  # the minute a herd is due in fill_more
 def fill_more(store: SQLiteStore) -> None:
     """:func:`fill`, then what the other pages show: two runs that succeeded in the last hour,
     a failure with its traceback, a failed attempt waiting for its retry, a task waiting on two
-    others, and a herd of 100 one-shot tasks and three cron schedules due in the same minute."""
+    others, and a herd of 100 one-shot tasks and three cron schedules due in the same minute.
+
+    The runs that ended in the last hour started 10 (f1), 20 (s1), 1 (s2) and 5 s (f2) late."""
     fill(store)
-    ran(store, "s1", NOW - 300, NOW - 200, TaskState.SUCCEEDED)
-    ran(store, "s2", NOW - 130, NOW - 120, TaskState.SUCCEEDED)
+    ran(store, "s1", NOW - 300, NOW - 200, TaskState.SUCCEEDED, started=NOW - 280)
+    ran(store, "s2", NOW - 130, NOW - 120, TaskState.SUCCEEDED, started=NOW - 129)
     tb = (
         "Traceback (most recent call last):\n"
         '  File "/srv/app/jobs.py", line 12, in send_report\n'
@@ -76,6 +78,7 @@ def fill_more(store: SQLiteStore) -> None:
         NOW - 50,
         NOW - 40,
         TaskState.FAILED,
+        started=NOW - 45,
         error="ConnectionError: smtp.example.com",
         extra={TRACEBACK_KEY: tb},
     )
@@ -97,12 +100,21 @@ def fill_more(store: SQLiteStore) -> None:
 
 
 def ran(
-    store: SQLiteStore, task_id: str, at: float, ended: float, state: TaskState, **changes: Any
+    store: SQLiteStore,
+    task_id: str,
+    at: float,
+    ended: float,
+    state: TaskState,
+    *,
+    started: float | None = None,
+    **changes: Any,
 ) -> None:
-    """Insert *task_id* due *at*, run it then, and finish it in *state* at *ended*."""
+    """Insert *task_id* due *at*, start it at *started* (default: *at*), and finish it in
+    *state* at *ended*."""
+    start = at if started is None else started
     store.insert(Task(id=task_id, func=FUNC, due=at, created=at))
     store.promote([task_id], at)
-    assert store.claim(task_id, expected_version=1, owner="w", lease_expires=ended, now=at)
+    assert store.claim(task_id, expected_version=1, owner="w", lease_expires=ended, now=start)
     store.finish(task_id, owner="w", state=state, now=ended, **changes)
 
 
@@ -138,11 +150,69 @@ def test_overview_shows_the_counts(client: TestClient) -> None:
     assert cell(r.text, "pending-hour") == "3"
     assert cell(r.text, "failures-hour") == "1"
     assert cell(r.text, "oldest-ready") == "5.0 s"
-    assert "<td>mail</td>" in r.text
+    # tasks by queue and state: a column for each state some queue holds
+    assert cell(r.text, "queue-default-pending") == "4"
+    assert cell(r.text, "queue-default-ready") == "0"
+    assert cell(r.text, "queue-default-failed") == "1"
+    assert cell(r.text, "queue-default-total") == "5"
+    assert cell(r.text, "queue-mail-pending") == "0"
+    assert cell(r.text, "queue-mail-ready") == "1"
+    assert cell(r.text, "queue-mail-failed") == "0"
+    assert cell(r.text, "queue-mail-total") == "1"
+    assert 'id="queue-mail-running"' not in r.text  # no queue holds a RUNNING task
+
+
+def test_counts_by_queue_follow_the_tasks(client: TestClient, store: SQLiteStore) -> None:
+    """Every state of every queue, as tasks move; the state counts are the queues' sums."""
+    store.insert(Task(id="m2", func=FUNC, due=NOW - 1, queue="mail", created=NOW))
+    store.promote(["m2"], NOW)
+    assert store.claim("m2", expected_version=1, owner="w", lease_expires=NOW + 9, now=NOW)
+    store.insert(Task(id="x1", func=FUNC, due=NOW + 5, queue="exports", created=NOW))
+    store.transition("p0", expected_version=0, state=TaskState.CANCELLED, now=NOW)
+    r = client.get("/")
+    want = {
+        "default": {"pending": 3, "cancelled": 1, "failed": 1, "total": 5},
+        "exports": {"pending": 1, "total": 1},
+        "mail": {"ready": 1, "running": 1, "total": 2},
+    }
+    states = ("pending", "ready", "running", "failed", "cancelled")
+    for queue, counts in want.items():
+        for state in (*states, "total"):
+            assert cell(r.text, f"queue-{queue}-{state}") == str(counts.get(state, 0)), (
+                queue,
+                state,
+            )
+    assert cell(r.text, "count-pending") == "4"
+    assert cell(r.text, "count-total") == "8"
+    assert re.findall(r'<td>(\w+)</td><td class="n" id="queue-', r.text) == [
+        "default",
+        "exports",
+        "mail",
+    ]
+
+
+def test_overview_of_a_memory_store() -> None:
+    """The memory store counts queues from what it keeps (compact tasks in the default queue)."""
+    from timewheel.stores import MemoryStore
+
+    store = MemoryStore()
+    for i in range(3):
+        store.add_pending(f"c{i}", print, (), NOW + 60 * i, NOW)
+    store.insert(Task(id="m1", func=print, due=NOW - 1, queue="mail", created=NOW))
+    store.promote(["m1", "c0"], NOW)
+    with TestClient(create_app(store, token=TOKEN, clock=FakeClock(NOW))) as c:
+        page = c.get("/").text
+    assert cell(page, "queue-default-pending") == "2"
+    assert cell(page, "queue-default-ready") == "1"
+    assert cell(page, "queue-mail-ready") == "1"
+    assert cell(page, "count-ready") == "2"
+    with TestClient(create_app(store, token=TOKEN, clock=FakeClock(NOW))) as c:
+        found = c.get("/search?q=builtins:pr").text
+    assert re.findall(r'href="/task/([^"]+)"', found) == ["c0", "c1", "c2", "m1"]
 
 
 def test_every_page_renders(client: TestClient) -> None:
-    for path in ("/", "/load", "/failures", "/schedules", "/task/f1", "/search?q=worker_app"):
+    for path in ("/", "/load", "/failures", "/schedules", "/task/f1", "/search?q=tests.apps"):
         r = client.get(path)
         assert r.status_code == 200, path
         assert "Traceback" not in r.text
@@ -174,6 +244,67 @@ def test_search_by_id_redirects_to_the_task(client: TestClient) -> None:
     r = client.get("/search?q=no-such-thing")
     assert r.status_code == 200
     assert 'id="none"' in r.text
+
+
+def results(html: str) -> list[str]:
+    return re.findall(r'<tr><td><a href="/task/([^"]+)">', html)
+
+
+def test_search_by_function(client: TestClient, store: SQLiteStore) -> None:
+    """Tasks whose function reference starts with the text, in any state, by reference then
+    id; only the start of a reference matches."""
+    store.insert(Task(id="a0", func="tests.apps.worker_app:add", due=NOW + 9, created=NOW))
+    every = ["every5%401", "f1", "p0", "p1", "p2", "r1"]  # "every5@1", url-encoded
+    r = client.get("/search?q=tests.apps.worker_app:fail")
+    assert results(r.text) == every
+    assert "6 tasks whose function reference starts with" in cell_text(r.text, "found")
+    assert results(client.get("/search?q=tests.apps.worker_app:").text) == ["a0", *every]
+    assert results(client.get("/search?q=tests.apps.worker_app:a").text) == ["a0"]
+    assert "1 task whose" in client.get("/search?q=tests.apps.worker_app:a").text
+    for text in ("worker_app", "fail", "tests.apps.worker_app:failx"):
+        page = client.get(f"/search?q={text}").text
+        assert results(page) == [], text
+        assert 'id="none"' in page
+
+
+def test_search_shows_its_limit(tmp_path: Path) -> None:
+    """A search lists at most 100 tasks and says that more match."""
+    s = SQLiteStore(str(tmp_path / "many.db"))
+    try:
+        s.insert_many(
+            [Task(id=f"t{i:03}", func=FUNC, due=NOW + i, created=NOW) for i in range(101)]
+        )
+        with TestClient(create_app(s, token=TOKEN, clock=FakeClock(NOW))) as c:
+            page = c.get("/search?q=tests.apps").text
+            assert results(page) == [f"t{i:03}" for i in range(100)]
+            assert "The first 100 tasks" in page
+            assert "more match" in page
+            s.delete("t100")
+            page = c.get("/search?q=tests.apps").text
+            assert len(results(page)) == 100
+            assert "100 tasks whose" in page
+            assert "more match" not in page
+    finally:
+        s.close()
+
+
+def cell_text(html: str, element_id: str, tag: str = "p") -> str:
+    """The text of the *tag* element *element_id*, the tags inside removed."""
+    m = re.search(rf'id="{re.escape(element_id)}">(.*?)</{tag}>', html, re.S)
+    assert m is not None, element_id
+    return re.sub(r"<[^>]+>", "", m.group(1))
+
+
+def test_a_task_page_shows_when_its_run_started(client: TestClient, store: SQLiteStore) -> None:
+    page = client.get("/task/f1").text
+    assert "2027-01-15T07:58:30+00:00" in cell_text(page, "started", "td")  # NOW - 90
+    assert cell(page, "start-lateness") == "10.000 s"  # due NOW - 100
+    assert cell(client.get("/task/p0").text, "started") == "-"
+    # a failed attempt waiting for its retry shows its start, not a lateness against the new due
+    ran(store, "w1", NOW - 50, NOW - 40, TaskState.PENDING, started=NOW - 48, due=NOW + 60)
+    page = client.get("/task/w1").text
+    assert "2027-01-15T07:59:12+00:00" in cell_text(page, "started", "td")
+    assert 'id="start-lateness"' not in page
 
 
 def test_bad_ids_are_a_404_page(client: TestClient) -> None:
@@ -372,15 +503,28 @@ def test_schedule_last_run_and_its_outcome(client: TestClient, store: SQLiteStor
 
 
 def test_overview_shows_the_last_hour(client: TestClient, store: SQLiteStore) -> None:
-    ran(store, "s1", NOW - 300, NOW - 200, TaskState.SUCCEEDED)  # 100 s from due to end
-    ran(store, "s2", NOW - 130, NOW - 120, TaskState.SUCCEEDED)  # 10 s
+    # start lateness: f1 (of fill) started 10 s after its due time
+    ran(store, "s1", NOW - 300, NOW - 200, TaskState.SUCCEEDED, started=NOW - 275)  # 25 s late
+    ran(store, "s2", NOW - 130, NOW - 120, TaskState.SUCCEEDED, started=NOW - 129)  # 1 s late
     ran(store, "old", NOW - 9000, NOW - 7200, TaskState.SUCCEEDED)  # before the hour
+    store.transition("p2", expected_version=0, state=TaskState.CANCELLED, now=NOW - 1)  # no run
+    # a failed attempt whose retry ended in the hour: its last start counts, 3 s after the
+    # retry's due time
+    ran(store, "a2", NOW - 900, NOW - 890, TaskState.PENDING, due=NOW - 600)
+    store.promote(["a2"], NOW - 600)
+    assert store.claim("a2", expected_version=4, owner="w", lease_expires=NOW, now=NOW - 597)
+    store.finish("a2", owner="w", state=TaskState.SUCCEEDED, now=NOW - 500)
     r = client.get("/")
-    assert cell(r.text, "succeeded-hour") == "2"
-    assert cell(r.text, "failures-hour") == "1"  # f1, 40 s from due to end
-    assert cell(r.text, "throughput") == "0.1"  # 3 runs in 60 minutes
-    assert cell(r.text, "late-p50") == "40.000 s"
-    assert cell(r.text, "late-max") == "100.000 s"
+    assert cell(r.text, "succeeded-hour") == "3"
+    assert cell(r.text, "failures-hour") == "1"  # f1
+    assert cell(r.text, "throughput") == "0.1"  # 4 runs in 60 minutes
+    assert cell(r.text, "late-runs") == "4"  # the cancelled task never ran
+    assert "Start lateness" in r.text
+    # start lateness 1, 3, 10, 25 s: nearest rank p50 = 2nd, p90 = p99 = 4th
+    assert cell(r.text, "late-p50") == "3.000 s"
+    assert cell(r.text, "late-p90") == "25.000 s"
+    assert cell(r.text, "late-p99") == "25.000 s"
+    assert cell(r.text, "late-max") == "25.000 s"
     assert 'id="chart-throughput"' in r.text
     assert "/static/uPlot.iife.min.js" in r.text
 

@@ -112,12 +112,17 @@ def test_dashboard_in_a_browser(served: tuple[str, SQLiteStore], browser: Any) -
     assert text("count-pending") == "109"  # 3 + every5 + r2 + d1 + 100 bulk + 3 reports
     assert text("count-ready") == "1"
     assert text("count-succeeded") == "2"
-    # the last hour: two successes and two failures, from due to end 10, 10, 20 and 100 s
+    # the last hour: two successes and two failures, started 1, 5, 10 and 20 s late
     assert text("succeeded-hour") == "2"
     assert text("failures-hour") == "2"
-    assert text("late-p50") == "10.000 s"
-    assert text("late-p90") == "100.000 s"
-    assert text("late-max") == "100.000 s"
+    assert text("late-p50") == "5.000 s"
+    assert text("late-p90") == "20.000 s"
+    assert text("late-max") == "20.000 s"
+    # tasks by queue and state, counted by the store
+    assert text("queue-default-pending") == "109"
+    assert text("queue-default-failed") == "2"
+    assert text("queue-mail-ready") == "1"
+    assert text("queue-mail-total") == "1"
     # the chart library drew the throughput chart, loaded from the package itself
     assert len(browser.find_elements(By.CSS_SELECTOR, "#chart-throughput canvas")) == 1
     _shot(browser, "overview")

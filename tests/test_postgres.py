@@ -18,8 +18,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -145,6 +146,77 @@ def test_migrate_command_then_worker_open(postgres_schemas: Schemas) -> None:
             sql.SQL("SELECT value FROM {}.meta").format(sql.Identifier(name))
         ).fetchone()
     assert row == (str(SCHEMA_VERSION),)
+
+
+def test_a_version_3_schema_gains_the_start_column(
+    postgres_schemas: Schemas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store written before schema 4: its tasks read back with no start, and its runs
+    record one from then on."""
+    from timewheel.stores.postgres import schema as pg_schema
+
+    dsn, name = postgres_schemas()
+    with monkeypatch.context() as m:
+        m.setattr(pg_schema, "MIGRATIONS", pg_schema.MIGRATIONS[:3])
+        m.setattr(pg_schema, "SCHEMA_VERSION", 3)
+        PostgresStore(dsn, schema=name).close()
+    with _admin(dsn) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.tasks (id, func, args, kwargs, due, state, version, attempts, "
+                "priority, queue, created, updated) VALUES ('old', 'tests.apps.worker_app:record', "
+                "'[]', '{{}}', 0, 'succeeded', 3, 1, 0, 'default', 0, 5000000)"
+            ).format(sql.Identifier(name))
+        )
+    store = PostgresStore(dsn, schema=name)
+    try:
+        old = store.get("old")
+        assert (old.state, old.started) == (TaskState.SUCCEEDED, None)
+        assert store.ended_since(0.0, limit=5) == [(TaskState.SUCCEEDED, 0.0, None, 5.0)]
+        store.insert(_task("new"))
+        store.promote(["new"], 1.0)
+        claimed = store.claim("new", expected_version=1, owner="w", lease_expires=9.0, now=2.0)
+        assert claimed is not None
+        assert claimed.started == 2.0
+        assert store.get("new").started == 2.0
+    finally:
+        store.close()
+    with _admin(dsn) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT value FROM {}.meta").format(sql.Identifier(name))
+        ).fetchone()
+    assert row == (str(SCHEMA_VERSION),) == ("4",)
+
+
+def test_inspection_queries_can_use_their_indexes(
+    pg: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With sequential scans off, counts by queue read the index of queue and state alone, and
+    a search by function reads a range of its index in order (its collation matches the
+    query's, so the index serves a prefix)."""
+    pg.insert_many([_task(f"t{i}") for i in range(20)])
+    seen: list[tuple[str, Sequence[Any]]] = []
+    real = pg._read
+
+    def spy(query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        seen.append((query, params))
+        return real(query, params)
+
+    monkeypatch.setattr(pg, "_read", spy)
+    assert pg.count_by_queue() == {"default": {TaskState.PENDING: 20}}
+    assert len(pg.by_function("tests.apps.worker_app:rec", limit=3)) == 3
+    monkeypatch.undo()
+    plans = []
+    with _admin(postgres_dsn()) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(pg.schema)))
+        conn.execute("SET enable_seqscan = off")
+        conn.execute(f"VACUUM ANALYZE {sql.Identifier(pg.schema).as_string(conn)}.tasks")
+        for query, params in seen:
+            rows = conn.execute(("EXPLAIN " + query).encode(), params).fetchall()
+            plans.append(" | ".join(str(r[0]) for r in rows))
+    assert "Index Only Scan using tasks_queue" in plans[0], plans[0]
+    assert "Index Scan using tasks_func" in plans[1], plans[1]
+    assert "Sort" not in plans[1], plans[1]
 
 
 def test_read_only_refuses_changes(pg: PostgresStore) -> None:

@@ -227,6 +227,7 @@ class StoreMachine(RuleBasedStateMachine):
                 attempts=cur.attempts + 1,
                 lease_owner=owner,
                 lease_expires=self.now + LEASE,
+                started=self.now,
             )
             assert got == want
         else:
@@ -249,6 +250,7 @@ class StoreMachine(RuleBasedStateMachine):
                 attempts=t.attempts,
                 lease_owner=owner,
                 lease_expires=self.now + LEASE,
+                started=self.now,
             )
 
     def _running(self, data: st.DataObject) -> Task:

@@ -171,6 +171,77 @@ def test_migrations_run_in_order(db: Path, monkeypatch: pytest.MonkeyPatch) -> N
     c.close()
 
 
+def test_a_version_2_store_gains_the_start_column(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store written before schema 3: its tasks read back with no start, its ended tasks
+    count without one, and its runs record one from then on."""
+    with monkeypatch.context() as m:
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
+        m.setattr(schema, "SCHEMA_VERSION", 2)
+        SQLiteStore(db).close()
+    c = _raw(db)
+    assert c.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert "started" not in {r[1] for r in c.execute("PRAGMA table_info(tasks)")}
+    us = round(T0 * 1e6)
+    c.execute(  # a task that ran and ended under schema 2
+        "INSERT INTO tasks (id, func, args, kwargs, due, state, version, attempts, priority, "
+        "queue, created, updated) VALUES ('old', ?, '[]', '{}', ?, 'succeeded', 3, 1, 0, "
+        "'default', ?, ?)",
+        (FUNC, us, us, us + 5_000_000),
+    )
+    c.close()
+    with SQLiteStore(db) as s:
+        assert s.statistics(T0).schema_version == SCHEMA_VERSION == 3
+        old = s.get("old")
+        assert (old.state, old.started) == (TaskState.SUCCEEDED, None)
+        assert s.ended_since(T0, limit=5) == [(TaskState.SUCCEEDED, T0, None, T0 + 5)]
+        s.insert(_task("new", due=T0 - 1))
+        s.promote(["new"], T0)
+        claimed = s.claim("new", expected_version=1, owner="w", lease_expires=T0 + 9, now=T0 + 2)
+        assert claimed is not None
+        assert claimed.started == T0 + 2
+        assert s.count_by_queue() == {"default": {TaskState.SUCCEEDED: 1, TaskState.RUNNING: 1}}
+        assert [t.id for t in s.by_function(FUNC, limit=5)] == ["new", "old"]
+    c = _raw(db)
+    idx = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"tasks_ended", "tasks_queue", "tasks_func"} <= idx
+    cols = [r[2] for r in c.execute("PRAGMA index_info(tasks_ended)")]
+    assert cols == ["updated", "state", "due", "started"]
+    c.close()
+
+
+def test_inspection_reads_only_its_indexes(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dashboard's counts by queue and ended runs read covering indexes (never the table);
+    a search by function reads a range of its index in order."""
+    store.insert_many([_task(f"t{i}", queue=f"q{i % 3}") for i in range(30)])
+    plans: list[str] = []
+    real = store._connections.get()
+
+    class Spy:
+        def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+            if sql.lstrip().startswith("SELECT") and "FROM tasks" in sql:
+                p = real.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+                plans.append(" | ".join(r[-1] for r in p))
+            cursor: sqlite3.Cursor = real.execute(sql, params)
+            return cursor
+
+    monkeypatch.setattr(store._connections, "get", Spy)
+    store.count_by_queue()
+    store.ended_since(T0, limit=5)
+    store.by_function("tests.", limit=5)
+    monkeypatch.undo()
+    assert len(plans) == 3, plans
+    assert "COVERING INDEX tasks_queue" in plans[0], plans[0]  # the other queues
+    assert "COVERING INDEX tasks_state" in plans[0], plans[0]  # every queue, by state
+    assert "COVERING INDEX tasks_ended" in plans[1], plans[1]
+    assert "USING INDEX tasks_func (func>? AND func<?)" in plans[2], plans[2]
+    for plan in plans:
+        assert "TEMP B-TREE" not in plan, plan
+
+
 # -- encoding ---------------------------------------------------------------------------------------
 def test_times_are_integer_microseconds(store: SQLiteStore, db: Path) -> None:
     store.insert(_task("a", due=T0 + 0.1234564))

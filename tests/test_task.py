@@ -29,6 +29,7 @@ def _every_field_set() -> dict[str, Any]:
         "timeout": 1.5,
         "lease_owner": "w",
         "lease_expires": 7.0,
+        "started": 5.0,
         "created": 1.0,
         "updated": 2.0,
         "result": [1],

@@ -31,8 +31,8 @@ HERD_FACTOR = 10.0
 HERD_EXAMINED = 10_000
 """At most this many of a herd's instances are read to name the schedules behind it."""
 LATENESS_SAMPLE = 10_000
-""":func:`activity_report` takes lateness percentiles over at most this many of the latest ended
-tasks (the counts cover every task)."""
+""":func:`activity_report` takes start lateness percentiles over at most this many of the latest
+ended tasks (the counts cover every task)."""
 
 _RAN = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.TIMED_OUT})
 _FAILED = frozenset({TaskState.FAILED, TaskState.TIMED_OUT, TaskState.UPSTREAM_FAILED})
@@ -57,9 +57,10 @@ def activity_report(
     *bucket* seconds, failed counting FAILED, TIMED_OUT and UPSTREAM_FAILED), ``by_state``
     (state value -> count), ``succeeded``, ``failed``, ``per_minute`` (runs that ended, per
     minute), all counted by the store (``ended_histogram``); and ``late``: ``p50``, ``p90``,
-    ``p99`` and ``max`` of end minus due, in seconds (lateness plus run time), over the latest
-    *sample* tasks that ended (``ended_since``), with ``count`` runs among them and ``sampled``
-    when more ended in the window."""
+    ``p99`` and ``max`` of the start lateness (start of the run minus due, in seconds, 0 for a
+    run that started early), over the runs among the latest *sample* tasks that ended
+    (``ended_since``: SUCCEEDED, FAILED or TIMED_OUT with a recorded start), with ``count``
+    runs among them and ``sampled`` when more ended in the window."""
     since = now - window
     ok: list[int] = []
     bad: list[int] = []
@@ -70,7 +71,11 @@ def activity_report(
         for s, n in counts.items():
             by_state[s.value] = by_state.get(s.value, 0) + n
     rows = inspect.ended_since(since, limit=sample)
-    late = sorted(max(0.0, ended - due) for state, due, ended in rows if state in _RAN)
+    late = sorted(
+        max(0.0, started - due)
+        for state, due, started, _ in rows
+        if state in _RAN and started is not None
+    )
     ran = sum(n for s, n in by_state.items() if TaskState(s) in _RAN)
     return {
         "window": window,

@@ -28,6 +28,7 @@ from timewheel.errors import InvalidScheduleError, InvalidTransitionError
 
 __all__ = [
     "ACTIVE_STATES",
+    "DEFAULT_QUEUE",
     "EMPTY_KWARGS",
     "FAILURE_STATES",
     "TERMINAL_STATES",
@@ -38,12 +39,15 @@ __all__ = [
     "TaskState",
     "check_transition",
     "dependency_effect",
+    "function_name",
     "instance_id",
     "schedule_of",
     "slot_of",
 ]
 
 EMPTY_KWARGS: Mapping[str, Any] = MappingProxyType({})
+DEFAULT_QUEUE = "default"
+"""The queue of a task that names none."""
 
 
 def _empty_kwargs() -> Mapping[str, Any]:
@@ -271,6 +275,10 @@ class Task:
         queue: the ready-queue lane; workers choose which queues they serve.
         timeout: seconds a run may take before it is abandoned as TIMED_OUT (None: no limit).
         lease_owner, lease_expires: the worker running it and when its lease runs out.
+        started: when its latest run began: the ``now`` of the claim (or transition) that moved
+            it to RUNNING, set by the store; ``None`` until its first run. A retry or a release
+            back to READY keeps it until the next run replaces it; an insert clears it. Start
+            minus due is the run's lateness.
         created, updated: when the task was inserted and last changed (epoch seconds).
         result: the return value of a successful run (memory store: any object).
         error: a one-line summary of the last failure, if any.
@@ -295,10 +303,11 @@ class Task:
     attempts: int = 0
     retry: Retry = NO_RETRY
     priority: int = 0
-    queue: str = "default"
+    queue: str = DEFAULT_QUEUE
     timeout: float | None = None
     lease_owner: str | None = None
     lease_expires: float | None = None
+    started: float | None = None
     created: float = 0.0
     updated: float = 0.0
     result: Any = None
@@ -322,10 +331,11 @@ class Task:
         attempts: int = 0,
         retry: Retry = NO_RETRY,
         priority: int = 0,
-        queue: str = "default",
+        queue: str = DEFAULT_QUEUE,
         timeout: float | None = None,
         lease_owner: str | None = None,
         lease_expires: float | None = None,
+        started: float | None = None,
         created: float = 0.0,
         updated: float = 0.0,
         result: Any = None,
@@ -350,6 +360,7 @@ class Task:
         _set_timeout(self, timeout)
         _set_lease_owner(self, lease_owner)
         _set_lease_expires(self, lease_expires)
+        _set_started(self, started)
         _set_created(self, created)
         _set_updated(self, updated)
         _set_result(self, result)
@@ -363,12 +374,7 @@ class Task:
     @property
     def func_name(self) -> str:
         """A readable name for the function (its reference for durable stores)."""
-        f = self.func
-        if isinstance(f, str):
-            return f
-        mod = getattr(f, "__module__", None) or "?"
-        name = getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or repr(f)
-        return f"{mod}:{name}"
+        return function_name(self.func)
 
     def evolve(self, **changes: Any) -> Task:
         """A copy with *changes* applied (no state-machine checks: stores do those).
@@ -394,6 +400,7 @@ class Task:
         _set_lease_expires(
             new, c.pop("lease_expires") if "lease_expires" in c else self.lease_expires
         )
+        _set_started(new, c.pop("started") if "started" in c else self.started)
         _set_created(new, c.pop("created") if "created" in c else self.created)
         _set_updated(new, c.pop("updated") if "updated" in c else self.updated)
         _set_result(new, c.pop("result") if "result" in c else self.result)
@@ -406,6 +413,16 @@ class Task:
         if c:
             raise TypeError(f"Task has no field(s) {sorted(c)}")
         return new
+
+
+def function_name(func: Callable[..., Any] | str) -> str:
+    """A readable name for *func*: ``"module:qualname"``, or *func* itself when it is already a
+    stored reference or registered name (what :attr:`Task.func_name` gives)."""
+    if isinstance(func, str):
+        return func
+    mod = getattr(func, "__module__", None) or "?"
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    return f"{mod}:{name}"
 
 
 def _slot_setter(name: str) -> Callable[[Task, Any], None]:
@@ -429,6 +446,7 @@ _set_queue = _slot_setter("queue")
 _set_timeout = _slot_setter("timeout")
 _set_lease_owner = _slot_setter("lease_owner")
 _set_lease_expires = _slot_setter("lease_expires")
+_set_started = _slot_setter("started")
 _set_created = _slot_setter("created")
 _set_updated = _slot_setter("updated")
 _set_result = _slot_setter("result")

@@ -40,6 +40,45 @@ def check_claim_cas(store: Store) -> None:
     assert store.claim("ghost", expected_version=0, owner="w", lease_expires=T0, now=T0) is None
 
 
+def check_claim_records_start(store: Store) -> None:
+    """Every move to RUNNING records its ``now`` as ``started`` (claim, claim_next, a
+    transition); a retry and a release keep the last start until the next run replaces it; an
+    insert that replaces the task clears it."""
+    store.insert_many([new_task(i, due=T0 - 5 + n) for n, i in enumerate("abcd")])
+    assert store.get("a").started is None, "a task that never ran has no start"
+    make_ready(store, "a", "b", "c", "d")
+    assert store.get("a").started is None, "promotion is no start"
+    a = store.claim("a", expected_version=1, owner="w1", lease_expires=T0 + 30, now=T0 + 1)
+    assert a is not None
+    assert a.started == T0 + 1, f"claim records its now as the start (got {a.started})"
+    assert store.get("a") == a, "the start is stored"
+    (b,) = store.claim_next(owner="w2", lease_expires=T0 + 30, now=T0 + 2, limit=1)
+    assert b.id == "b", f"claim_next takes the earliest due (got {b.id})"
+    assert b.started == T0 + 2, f"claim_next records its now as the start (got {b.started})"
+    assert store.get("b") == b, "the start is stored"
+    c = store.transition(
+        "c", expected_version=1, state=S.RUNNING, now=T0 + 3, lease_owner="w3"
+    ).task
+    assert c.started == T0 + 3, f"a transition to RUNNING records the start (got {c.started})"
+    assert store.get("c") == c, "the start is stored"
+    retry = store.finish("a", owner="w1", state=S.PENDING, now=T0 + 4, due=T0 + 10)
+    assert retry is not None
+    assert retry.task.started == T0 + 1, "a retry keeps the last run's start"
+    make_ready(store, "a", now=T0 + 10)
+    again = store.claim_next(owner="w1", lease_expires=T0 + 60, now=T0 + 12, limit=1)
+    assert [t.started for t in again] == [T0 + 12], f"the next run replaces the start ({again})"
+    done = store.finish("b", owner="w2", state=S.SUCCEEDED, now=T0 + 5)
+    assert done is not None
+    assert done.task.started == T0 + 2, "the end keeps the start"
+    assert store.get("b").started == T0 + 2, "the end keeps the start"
+    released = store.finish("c", owner="w3", state=S.READY, now=T0 + 6)
+    assert released is not None
+    assert released.task.started == T0 + 3, "a release keeps the last start"
+    fresh = store.insert(new_task("b"), on_conflict="replace").task
+    assert fresh.started is None, "a replaced task has not started"
+    assert store.get("b").started is None, "a replaced task has not started"
+
+
 def check_claim_next_order(store: Store) -> None:
     store.insert_many(
         [

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from functools import partial
 
 from timewheel._contract.support import (
+    FUNC,
     T0,
     S,
     expect,
@@ -104,12 +105,13 @@ def check_inspection(store: Store) -> None:
     assert failures[0].error == "boom"
     assert store.unresolvable() == {}, "every function of the suite resolves"
     ended = store.ended_since(T0, limit=10)
-    assert ended == [(S.FAILED, T0 - 100, T0 + 1)], f"ended_since lists the failure ({ended})"
+    failed = [(S.FAILED, T0 - 100, T0, T0 + 1)]  # make_running claims at T0
+    assert ended == failed, f"ended_since lists the failure, with its start ({ended})"
     assert store.ended_since(T0 + 2, limit=10) == [], "nothing ended after T0 + 1"
     make_running(store, "r")
     store.finish("r", owner="w1", state=S.SUCCEEDED, now=T0 + 3)
     ended = store.ended_since(T0, limit=10)
-    want_ended = [(S.SUCCEEDED, T0 - 40, T0 + 3), (S.FAILED, T0 - 100, T0 + 1)]
+    want_ended = [(S.SUCCEEDED, T0 - 40, T0, T0 + 3), (S.FAILED, T0 - 100, T0, T0 + 1)]
     assert ended == want_ended, f"ended_since lists the latest first ({ended})"
     assert store.ended_since(T0, limit=1) == want_ended[:1], "ended_since keeps to its limit"
     ends = store.ended_histogram(T0, horizon=4, bucket=2)
@@ -385,7 +387,7 @@ def check_transition_refuses_bad_changes(store: Store) -> None:
     """Every store refuses the same changes, names the field, and leaves the task as it was."""
     store.insert(new_task("a"))
     before = store.get("a")
-    managed = ["id", "version", "updated", "after", "unmet", "when", "no_such_field"]
+    managed = ["id", "version", "updated", "started", "after", "unmet", "when", "no_such_field"]
     for name in managed:
         e = expect(
             TypeError,
@@ -614,6 +616,69 @@ def check_prune_bounded(store: Store) -> None:
     assert store.prune(before=T0 + 50, limit=0) == 0, "limit=0 deletes nothing"
     assert store.prune(before=T0 + 50, keep=("t0",)) == 1, "keep= applies without a limit too"
     assert store.find("t0") is not None
+
+
+def check_count_by_queue(store: Store) -> None:
+    """A store that offers inspection counts its tasks per queue and state, every state and
+    queue it holds, through every kind of change."""
+    if not isinstance(store, SupportsInspection):
+        return
+    assert store.count_by_queue() == {}, "an empty store has no queue"
+    store.insert_many([new_task(f"d{i}") for i in range(3)])
+    store.insert_many([new_task(f"m{i}", queue="mail") for i in range(4)])
+    store.insert(new_task("r1", queue="reports"))
+    if isinstance(store, SupportsCompactInsert):
+        store.add_pending("lite", noop, (), T0, T0)  # a compact task is in the default queue
+    make_ready(store, "d0", "m0", "m1", "m2")
+    make_running(store, "m0")
+    store.finish("m0", owner="w1", state=S.FAILED, now=T0 + 1, error="boom")
+    make_running(store, "m1")
+    store.transition("m2", expected_version=1, state=S.CANCELLED, now=T0)
+    store.delete("d2")
+    # a change of queue in a transition, and an insert that replaces a task in another queue
+    d1 = store.get("d1")
+    store.transition("d1", expected_version=d1.version, state=S.READY, now=T0, queue="mail")
+    store.insert(new_task("m3", queue="reports"), on_conflict="replace")
+    lite = 1 if isinstance(store, SupportsCompactInsert) else 0
+    want = {
+        "default": {S.PENDING: 0 + lite, S.READY: 1},
+        "mail": {S.FAILED: 1, S.RUNNING: 1, S.CANCELLED: 1, S.READY: 1},
+        "reports": {S.PENDING: 2},
+    }
+    want = {q: {s: n for s, n in by.items() if n} for q, by in want.items()}
+    got = store.count_by_queue()
+    assert got == want, f"count_by_queue counts per queue and state (got {got}, want {want})"
+    totals: dict[TaskState, int] = {}
+    for by in got.values():
+        for s, n in by.items():
+            totals[s] = totals.get(s, 0) + n
+    assert totals == store.count_by_state(), "count_by_queue adds up to count_by_state"
+
+
+def check_by_function(store: Store) -> None:
+    """A store that offers inspection finds tasks by the start of their function reference,
+    in any state, by reference then id, within a limit."""
+    if not isinstance(store, SupportsInspection):
+        return
+    other = "timewheel._contract.support:noop"
+    store.insert_many([new_task("b2"), new_task("a1"), new_task("c3", func=other)])
+    store.insert_many([new_task("z9", due=T0 + 99), new_task("x", func="timewheel.task:Retry")])
+    make_running(store, "a1")
+    found = store.by_function(FUNC, limit=10)
+    assert ids_of(found) == ["a1", "b2", "z9"], f"an exact reference, by id ({ids_of(found)})"
+    assert found[0] == store.get("a1"), "by_function returns the stored tasks"
+    found = store.by_function("timewheel._contract", limit=10)
+    # "timewheel._contract.support:noop" sorts before "timewheel._contract:noop" ("." < ":")
+    assert ids_of(found) == ["c3", "a1", "b2", "z9"], (
+        f"a prefix: by function reference, then id ({ids_of(found)})"
+    )
+    assert ids_of(store.by_function("timewheel._contract", limit=2)) == ["c3", "a1"], (
+        "by_function keeps to its limit"
+    )
+    assert ids_of(store.by_function("timewheel.", limit=9)) == ["c3", "a1", "b2", "z9", "x"]
+    assert store.by_function("timewheel._contract:noo", limit=0) == []
+    for missing in ("noop", "timewheel._contract:noopx", "timewheel._contracu", "\U0010ffff"):
+        assert store.by_function(missing, limit=10) == [], f"nothing starts with {missing!r}"
 
 
 def check_retrying(store: Store) -> None:

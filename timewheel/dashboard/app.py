@@ -42,8 +42,8 @@ TOKEN_HEADER = "X-Timewheel-Token"
 _HERE = Path(__file__).parent
 _LOG = logging.getLogger("timewheel.dashboard")
 _FAILURES = 50  # failures listed on the failures page
-_SEARCH_SCAN = 10_000  # tasks examined when searching by function
-_READY_SAMPLE = 10_000  # READY tasks grouped by queue on the overview
+_SEARCH_LIMIT = 100  # tasks listed by a search by function
+_WINDOW_LIMIT = 10_000  # PENDING tasks counted at most in a window of the overview
 _NEXT_FIRES = 3  # upcoming fire times shown per schedule
 _DOWNSTREAM = 100  # downstream tasks listed on a task's page
 _HERD_READ = 100_000  # PENDING tasks read at most to name the schedules behind a herd
@@ -155,28 +155,37 @@ class _Dashboard:
 
     async def overview(self, request: Request) -> Response:
         now = self.clock.time()
-        counts = self.store.count_by_state()
         inspect = self.inspection()
-        queues: dict[str, int] = {}
-        ready = self.store.ready(limit=_READY_SAMPLE)
-        for t in ready:
-            queues[t.queue] = queues.get(t.queue, 0) + 1
+        by_queue = inspect.count_by_queue() if inspect is not None else None
+        counts: dict[TaskState, int] = {}
+        if by_queue is None:
+            counts = self.store.count_by_state()
+        else:  # one count of the store gives both tables
+            for by_state in by_queue.values():
+                for s, n in by_state.items():
+                    counts[s] = counts.get(s, 0) + n
+        queue_states = [s for s in TaskState if by_queue and any(s in c for c in by_queue.values())]
+        queues = [
+            (q, [c.get(s, 0) for s in queue_states], sum(c.values()))
+            for q, c in sorted((by_queue or {}).items())
+        ]
         activity = activity_report(inspect, now) if inspect is not None else None
-        soon = self.store.due_before(now + 60, limit=_READY_SAMPLE)
-        hour = self.store.due_before(now + 3600, limit=_READY_SAMPLE)
+        soon = self.store.due_before(now + 60, limit=_WINDOW_LIMIT)
+        hour = self.store.due_before(now + 3600, limit=_WINDOW_LIMIT)
         return self.render(
             request,
             "overview.html",
             now=now,
             counts=[(s.value, counts.get(s, 0)) for s in TaskState],
             total=sum(counts.values()),
-            queues=sorted(queues.items()),
-            queues_capped=len(ready) >= _READY_SAMPLE,
+            queues=queues,
+            queue_states=[s.value for s in queue_states],
+            queues_known=by_queue is not None,
             oldest_ready=inspect.oldest_ready_age(now) if inspect is not None else None,
             activity=activity,
             pending_minute=len(soon),
             pending_hour=len(hour),
-            pending_capped=_READY_SAMPLE,
+            pending_capped=_WINDOW_LIMIT,
         )
 
     async def load(self, request: Request) -> Response:
@@ -184,7 +193,7 @@ class _Dashboard:
         now = self.clock.time()
         minute = hour = None
         if inspect is not None:
-            overdue = len(self.store.due_before(now, limit=_READY_SAMPLE))
+            overdue = len(self.store.due_before(now, limit=_WINDOW_LIMIT))
             minute = load_report(inspect, now, horizon=3600.0, bucket=60.0)
             hour = load_report(inspect, now, horizon=86400.0, bucket=3600.0)
             for report in (minute, hour):
@@ -264,17 +273,22 @@ class _Dashboard:
 
     async def search(self, request: Request) -> Response:
         query = request.query_params.get("q", "").strip()
-        found: list[Task] = []
+        found: list[Task] | None = []
         if query:
             exact = self.store.find(query)
             if exact is not None:
                 return self.back(request, f"/task/{quote(exact.id, safe='')}")
-            found = [
-                t
-                for t in self.store.tasks(limit=_SEARCH_SCAN)
-                if query in t.func_name or query in t.id
-            ][:100]
-        return self.render(request, "search.html", query=query, tasks=found, scanned=_SEARCH_SCAN)
+            inspect = self.inspection()
+            # one more than shown tells whether there are more
+            found = inspect.by_function(query, limit=_SEARCH_LIMIT + 1) if inspect else None
+        return self.render(
+            request,
+            "search.html",
+            query=query,
+            tasks=None if found is None else found[:_SEARCH_LIMIT],
+            limit=_SEARCH_LIMIT,
+            more=found is not None and len(found) > _SEARCH_LIMIT,
+        )
 
     async def metrics(self, request: Request) -> Response:
         try:

@@ -298,12 +298,31 @@ class SupportsInspection(Protocol):
         """
         ...
 
-    def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
-        """``(state, due, ended)`` of up to *limit* tasks that reached a terminal state at or
-        after *since*, the latest first (``ended`` is the task's ``updated``).
+    def ended_since(
+        self, since: float, *, limit: int
+    ) -> list[tuple[TaskState, float, float | None, float]]:
+        """``(state, due, started, ended)`` of up to *limit* tasks that reached a terminal state
+        at or after *since*, the latest first (``started`` is when the task's last run began,
+        ``None`` when it never ran; ``ended`` is its ``updated``).
 
         Served by an index on the end time: the cost grows with the tasks returned, not with
-        the tasks kept (throughput and lateness over the last hour).
+        the tasks kept (the start lateness of the last hour's runs).
+        """
+        ...
+
+    def count_by_queue(self) -> dict[str, dict[TaskState, int]]:
+        """How many tasks each queue holds in each state: ``{queue: {state: n}}`` (queues and
+        states with none are missing). Counted from an index (SQL stores: one ``GROUP BY`` along
+        an index of queue and state; the memory store keeps the counts as tasks change), never
+        by reading the tasks themselves."""
+        ...
+
+    def by_function(self, prefix: str, *, limit: int) -> list[Task]:
+        """Up to *limit* tasks whose function reference (``Task.func_name``) starts with
+        *prefix*, in any state, ordered by function reference then id.
+
+        SQL stores read a range of an index on the function reference; the memory store, whose
+        tasks hold function objects, looks at every task and keeps *limit* of them.
         """
         ...
 

@@ -129,6 +129,17 @@ class CompactRecords:
         """Every record's due time, unordered."""
         return [rec[0] for rec in self._records.values()]
 
+    def with_functions(
+        self, keep: Callable[[Callable[..., Any]], bool]
+    ) -> list[tuple[Callable[..., Any], str]]:
+        """``(function, id)`` of the records whose function passes *keep* (called once per
+        function in use), unordered."""
+        kept = {number for number, use in self._functions.items() if keep(use[0])}
+        if not kept:
+            return []
+        functions = self._functions
+        return [(functions[rec[2]][0], i) for i, rec in self._records.items() if rec[2] in kept]
+
     def tasks(self) -> list[Task]:
         """Every record's task, built on the fly, unordered."""
         expand = self._expand

@@ -13,7 +13,15 @@ from typing import Any
 from timewheel.stores import policy
 from timewheel.stores.base import Changed, OnConflict, Store
 from timewheel.stores.compact import CompactRecords
-from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, check_transition
+from timewheel.task import (
+    DEFAULT_QUEUE,
+    TERMINAL_STATES,
+    ScheduleRecord,
+    Task,
+    TaskState,
+    check_transition,
+    function_name,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -67,6 +75,9 @@ class MemoryStore(Store):
         self._retrying: dict[str, None] = {}
         # schedule id -> its instance that ended last (a hint: checked, rebuilt when pruned)
         self._last_ended: dict[str, str] = {}
+        # queue -> state -> tasks, for the queues other than the default one; the default queue
+        # (every compact record's) holds the rest of each state's tasks
+        self._queued: dict[str, dict[TaskState, int]] = {}
         self._closed = False
 
     # -- internals -----------------------------------------------------------------------------
@@ -79,6 +90,9 @@ class MemoryStore(Store):
             self._retrying.pop(old.id, None)
         self._by_state[new.state][new.id] = None
         self._tasks[new.id] = new
+        if new.queue != DEFAULT_QUEUE or (old is not None and old.queue != DEFAULT_QUEUE):
+            self._count_queue(old, -1)
+            self._count_queue(new, 1)
         sid = new.schedule_id
         if sid is not None:
             if new.state in TERMINAL_STATES:
@@ -90,6 +104,19 @@ class MemoryStore(Store):
                         del self._active_by_schedule[sid]
             else:
                 self._active_by_schedule.setdefault(sid, {})[new.id] = None
+
+    def _count_queue(self, task: Task | None, n: int) -> None:
+        """Add *n* to the count of *task*'s queue and state (the default queue is not kept)."""
+        if task is None or task.queue == DEFAULT_QUEUE:
+            return
+        by_state = self._queued.setdefault(task.queue, {})
+        left = by_state.get(task.state, 0) + n
+        if left:
+            by_state[task.state] = left
+        else:
+            del by_state[task.state]
+            if not by_state:
+                del self._queued[task.queue]
 
     def _writable(self) -> None:
         if self._closed:
@@ -271,6 +298,8 @@ class MemoryStore(Store):
             if t.version != expected_version:
                 raise policy.version_conflict(task_id, t.version, t.state, expected_version)
             check_transition(task_id, t.state, state)
+            if state is _RUN:
+                changes["started"] = now  # a run starts: its start is recorded, as by claim
             new = t.evolve(state=state, version=t.version + 1, updated=now, **changes)
             self._put(t, new)
             deps = self._settle(new, now) if state in TERMINAL_STATES else ()
@@ -320,6 +349,7 @@ class MemoryStore(Store):
             attempts=t.attempts + 1,
             lease_owner=owner,
             lease_expires=lease_expires,
+            started=now,
             updated=now,
         )
         with self._lock:
@@ -465,6 +495,7 @@ class MemoryStore(Store):
         else:
             del self._by_state[t.state][task_id]
             self._retrying.pop(task_id, None)
+            self._count_queue(t, -1)
             if t.schedule_id is not None:
                 active = self._active_by_schedule.get(t.schedule_id)
                 if active is not None:
@@ -596,20 +627,59 @@ class MemoryStore(Store):
                         rows.append((int((u - since) // bucket), s.value, 1))
         return policy.ended_histogram(since, bucket, n, rows)
 
-    def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
-        """``(state, due, ended)`` of up to *limit* tasks that ended at or after *since*, the
-        latest first. Each terminal state is read backwards in the order tasks entered it, and
-        no further than its first task that ended before *since*."""
-        out: list[tuple[TaskState, float, float]] = []
+    def ended_since(
+        self, since: float, *, limit: int
+    ) -> list[tuple[TaskState, float, float | None, float]]:
+        """``(state, due, started, ended)`` of up to *limit* tasks that ended at or after
+        *since*, the latest first. Each terminal state is read backwards in the order tasks
+        entered it, and no further than its first task that ended before *since*."""
+        out: list[tuple[TaskState, float, float | None, float]] = []
         with self._lock:
             for s in policy.ENDED_STATES:
                 for n, i in enumerate(reversed(self._by_state[s])):
                     t = self._tasks[i]
                     if t.updated < since or n >= limit:
                         break
-                    out.append((s, t.due, t.updated))
-        out.sort(key=lambda r: r[2], reverse=True)
+                    out.append((s, t.due, t.started, t.updated))
+        out.sort(key=lambda r: r[3], reverse=True)
         return out[: max(limit, 0)]
+
+    def count_by_queue(self) -> dict[str, dict[TaskState, int]]:
+        """Tasks per queue and state, from the counts kept as tasks change (queues other than
+        the default one) and each state's size (the default queue has the rest): O(queues *
+        states), never a look at the tasks."""
+        with self._lock:
+            rows: list[tuple[str | None, TaskState, int]] = [
+                (None, s, n) for s, n in self.count_by_state().items()
+            ]
+            rows += [(q, s, n) for q, by_state in self._queued.items() for s, n in by_state.items()]
+        return policy.queue_counts(rows)
+
+    def by_function(self, prefix: str, *, limit: int) -> list[Task]:
+        """Up to *limit* tasks whose function reference starts with *prefix*, by function
+        reference then id. Looks at every task (each function's reference is worked out once),
+        and builds only the tasks it returns."""
+        names: dict[int, str] = {}
+
+        def name_of(func: Any) -> str:
+            name = names.get(id(func))
+            if name is None:
+                name = names[id(func)] = function_name(func)
+            return name
+
+        with self._lock:
+            hits = [
+                (name, t.id)
+                for t in self._tasks.values()
+                if (name := name_of(t.func)).startswith(prefix)
+            ]
+            hits += [
+                (name_of(f), i)
+                for f, i in self._lite.with_functions(lambda f: name_of(f).startswith(prefix))
+            ]
+            best = heapq.nsmallest(max(limit, 0), hits)
+            found = [self._peek(i) for _, i in best]
+        return [t for t in found if t is not None]
 
     def retrying(self, limit: int) -> list[Task]:
         """Up to *limit* PENDING tasks with ``attempts > 0``, the soonest due first (kept as a

@@ -33,6 +33,7 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.task import (
+    DEFAULT_QUEUE,
     TERMINAL_STATES,
     WHEN_VALUES,
     ScheduleRecord,
@@ -49,6 +50,7 @@ __all__ = [
     "ENDED_STATES",
     "MANAGED_TASK_FIELDS",
     "ON_CONFLICT_VALUES",
+    "OTHER_QUEUES_SQL",
     "REPORTED_FAILURES",
     "RETRYING_SQL",
     "SCHEDULE_GONE",
@@ -73,6 +75,8 @@ __all__ = [
     "keep_existing",
     "keep_existing_schedule",
     "missing_upstream",
+    "prefix_range",
+    "queue_counts",
     "schedule_not_found",
     "schedule_version_conflict",
     "settle",
@@ -98,6 +102,11 @@ ENDED_SQL = "state IN (" + ", ".join(f"'{s.value}'" for s in ENDED_STATES) + ")"
 uses it, written once so the two match exactly (a partial index serves only its own condition)."""
 RETRYING_SQL = "state = 'pending' AND attempts > 0"
 """The SQL condition of the SQL stores' index of tasks waiting to run again, and of its query."""
+OTHER_QUEUES_SQL = f"queue <> '{DEFAULT_QUEUE}'"
+"""The SQL condition of the SQL stores' index of queue and state, and of its query: tasks in a
+queue other than the default one, so tasks in the default queue (most, in most applications) add
+nothing to the index as they change state; the default queue's counts are each state's count
+minus the other queues' (see :func:`queue_counts`)."""
 
 
 # -- inserts ---------------------------------------------------------------------------------------
@@ -119,7 +128,9 @@ def check_task(task: Task) -> None:
         )
 
 
-MANAGED_TASK_FIELDS = frozenset({"id", "state", "version", "updated", "after", "unmet", "when"})
+MANAGED_TASK_FIELDS = frozenset(
+    {"id", "state", "version", "updated", "started", "after", "unmet", "when"}
+)
 """Task fields a store manages itself: ``transition(**changes)`` refuses to set them."""
 
 
@@ -179,7 +190,8 @@ def check_task_changes(changes: Mapping[str, Any]) -> None:
         if name in MANAGED_TASK_FIELDS or name not in _TASK_FIELDS:
             raise TypeError(
                 f"cannot change {name!r} in a transition: the store manages id, state, version, "
-                "updated and the dependency fields (after, unmet, when)"
+                "updated, started (set as a run starts) and the dependency fields (after, unmet, "
+                "when)"
             )
         check = _CHANGE_CHECKS.get(name)
         if check is not None:
@@ -225,7 +237,8 @@ def keep_existing_schedule(schedule_id: str, on_conflict: str) -> bool:
 
 
 def as_inserted(task: Task, *, version: int = 0) -> Task:
-    """The snapshot an insert stores for *task*: PENDING at *version*, no lease, no error.
+    """The snapshot an insert stores for *task*: PENDING at *version*, no lease, no error, not
+    started.
 
     ``updated`` is set to ``created``, and ``unmet`` to 0 (:func:`count_dependencies` sets it
     for a task with dependencies).
@@ -238,6 +251,7 @@ def as_inserted(task: Task, *, version: int = 0) -> Task:
         and task.error is None
         and task.lease_owner is None
         and task.lease_expires is None
+        and task.started is None
     ):
         return task  # the common case: already as an insert leaves it
     return task.evolve(
@@ -248,6 +262,7 @@ def as_inserted(task: Task, *, version: int = 0) -> Task:
         error=None,
         lease_owner=None,
         lease_expires=None,
+        started=None,
     )
 
 
@@ -378,10 +393,16 @@ def histogram_buckets(horizon: float, bucket: float) -> int:
 _BY_VALUE = {s.value: s for s in TaskState}
 
 
-def ended_rows(rows: Iterable[tuple[str, int, int]]) -> list[tuple[TaskState, float, float]]:
-    """``ended_since``'s answer from ``(state value, due, ended)`` rows (microseconds)."""
+def ended_rows(
+    rows: Iterable[tuple[str, int, int | None, int]],
+) -> list[tuple[TaskState, float, float | None, float]]:
+    """``ended_since``'s answer from ``(state value, due, started, ended)`` rows (microseconds,
+    ``started`` NULL for a task that never ran)."""
     by_value = _BY_VALUE
-    return [(by_value[s], due / 1e6, ended / 1e6) for s, due, ended in rows]
+    return [
+        (by_value[s], due / 1e6, None if started is None else started / 1e6, ended / 1e6)
+        for s, due, started, ended in rows
+    ]
 
 
 def ended_histogram(
@@ -394,6 +415,43 @@ def ended_histogram(
             state = _BY_VALUE[s]
             counts[b][state] = counts[b].get(state, 0) + k
     return [(since + i * bucket, c) for i, c in enumerate(counts)]
+
+
+def queue_counts(
+    rows: Iterable[tuple[str | None, str | TaskState, int]],
+) -> dict[str, dict[TaskState, int]]:
+    """``count_by_queue``'s answer from ``(queue, state, count)`` rows: a row whose queue is
+    ``None`` counts a state's tasks in every queue, the others count the queues other than the
+    default one; the default queue has the rest (zeros dropped)."""
+    out: dict[str, dict[TaskState, int]] = {}
+    rest: dict[TaskState, int] = {}
+    for queue, s, n in rows:
+        state = s if isinstance(s, TaskState) else _BY_VALUE[s]
+        if queue is None:
+            rest[state] = rest.get(state, 0) + n
+        elif n:
+            out.setdefault(queue, {})[state] = n
+            rest[state] = rest.get(state, 0) - n
+    default = {s: n for s, n in rest.items() if n}
+    if default:
+        out[DEFAULT_QUEUE] = default
+    return out
+
+
+_LAST_CHAR = chr(0x10FFFF)
+
+
+def prefix_range(prefix: str) -> tuple[str, str | None]:
+    """The strings that start with *prefix*, as the range ``[low, high)`` in code point order
+    (the order of SQLite's ``BINARY`` and PostgreSQL's ``"C"`` collation): an index on a column
+    serves ``col >= low AND col < high`` (``high`` None: every string from ``low`` on)."""
+    head = prefix.rstrip(_LAST_CHAR)
+    if not head:
+        return prefix, None
+    following = ord(head[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:  # surrogates are no characters of a stored string
+        following = 0xE000
+    return prefix, head[:-1] + chr(following)
 
 
 def histogram(now: float, bucket: float, counts: Iterable[int]) -> list[tuple[float, int]]:

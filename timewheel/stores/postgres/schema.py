@@ -19,11 +19,11 @@ import psycopg
 from psycopg import sql
 
 from timewheel.errors import SchemaVersionError, StoreError
-from timewheel.stores.policy import RETRYING_SQL
+from timewheel.stores.policy import OTHER_QUEUES_SQL, RETRYING_SQL
 
 __all__ = ["MIGRATIONS", "NOTIFY_WITHIN", "SCHEMA_VERSION", "migrate", "schema_version"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version this code writes."""
 
 NOTIFY_WITHIN = 600.0
@@ -122,6 +122,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # 2 -> 3: inserted work due soon is announced to listening hosts (LISTEN/NOTIFY)
     (_NOTIFY_FUNCTION, _NOTIFY_TRIGGER),
+    # 3 -> 4: when each run started (start lateness), counts by queue and state, tasks by
+    # function reference (in code point order, so a prefix is one range of the index)
+    (
+        "ALTER TABLE tasks ADD COLUMN started BIGINT",
+        f"CREATE INDEX tasks_queue ON tasks (queue, state) WHERE {OTHER_QUEUES_SQL}",
+        'CREATE INDEX tasks_func ON tasks ((func COLLATE "C"), id)',
+    ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

@@ -72,7 +72,7 @@ _CLAIM = (
     "WITH batch AS (SELECT id, version FROM tasks WHERE state = 'ready'{where} "
     "ORDER BY priority DESC, due LIMIT %s FOR UPDATE SKIP LOCKED) "
     "UPDATE tasks t SET state = 'running', version = t.version + 1, attempts = t.attempts + 1, "
-    "lease_owner = %s, lease_expires = %s, updated = %s FROM batch "
+    "lease_owner = %s, lease_expires = %s, started = %s, updated = %s FROM batch "
     "WHERE t.id = batch.id AND t.version = batch.version" + _RETURNING
 )
 # the server's clock, once per statement, in epoch microseconds
@@ -435,12 +435,18 @@ class PostgresStore(Store):
                 )
             check_transition(task_id, _STATES[row[_STATE]], state)
             sets = "state = %s, version = version + 1, updated = %s"
+            started: list[int] = []
+            if state is _RUN:
+                sets += ", started = %s"  # a run starts: its start is recorded, as by claim
+                started.append(now_us)
             sets += "".join(f", {c} = %s" for c in cols)
-            self._cas(conn, task_id, expected_version, sets, (state.value, now_us, *vals))
+            self._cas(conn, task_id, expected_version, sets, (state.value, now_us, *started, *vals))
             if state is TaskState.READY:
                 self._announce_ready(conn)
             deps = self._settle(conn, task_id, state, now_us) if state in TERMINAL_STATES else ()
             new = dict(stored, state=state, version=expected_version + 1, updated=from_us(now_us))
+            if started:
+                new["started"] = from_us(now_us)
             return Changed(TASKS.decode(row, new), deps)
 
         result: Changed = self._write("changing a task's state", work)
@@ -495,9 +501,10 @@ class PostgresStore(Store):
                 (
                     "UPDATE tasks t SET state = 'running', version = t.version + 1, "
                     "attempts = t.attempts + 1, lease_owner = %s, lease_expires = %s, "
-                    "updated = %s WHERE id = %s AND version = %s AND state = 'ready'" + _RETURNING
+                    "started = %s, updated = %s WHERE id = %s AND version = %s "
+                    "AND state = 'ready'" + _RETURNING
                 ).encode(),
-                (owner, lease_us, now_us, task_id, expected_version),
+                (owner, lease_us, now_us, now_us, task_id, expected_version),
             ).fetchone()
 
         row: Row | None = self._write("claiming a task", work)
@@ -537,7 +544,7 @@ class PostgresStore(Store):
                 with conn.transaction() as savepoint:
                     rows = conn.execute(
                         _CLAIM.format(where=where).encode(),
-                        (*params, limit, owner, lease_us, now_us),
+                        (*params, limit, owner, lease_us, now_us, now_us),
                     ).fetchall()
                     funcs = {r[_FUNC] for r in rows}
                     if sum(not self._claimable.claimable(f) for f in funcs) == 0:
@@ -873,15 +880,42 @@ class PostgresStore(Store):
         )
         return policy.ended_histogram(since, bucket, n, rows)
 
-    def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
-        """``(state, due, ended)`` of up to *limit* tasks that ended at or after *since*, the
-        latest first (along the index of ended tasks by end time)."""
+    def ended_since(
+        self, since: float, *, limit: int
+    ) -> list[tuple[TaskState, float, float | None, float]]:
+        """``(state, due, started, ended)`` of up to *limit* tasks that ended at or after
+        *since*, the latest first (along the index of tasks by state and end time)."""
         rows = self._read(
-            f"SELECT state, due, updated FROM tasks WHERE {policy.ENDED_SQL} "
+            f"SELECT state, due, started, updated FROM tasks WHERE {policy.ENDED_SQL} "
             f"AND updated >= %s ORDER BY updated DESC, id LIMIT %s",
             (to_us(since), max(limit, 0)),
         )
         return policy.ended_rows(rows)
+
+    def count_by_queue(self) -> dict[str, dict[TaskState, int]]:
+        """Tasks per queue and state, in one statement (one snapshot): the queues other than
+        the default one along their index of queue and state, every queue by state."""
+        return policy.queue_counts(
+            self._read(
+                f"SELECT queue, state, count(*) FROM tasks WHERE {policy.OTHER_QUEUES_SQL} "
+                "GROUP BY queue, state UNION ALL SELECT NULL, state, count(*) FROM tasks "
+                "GROUP BY state"
+            )
+        )
+
+    def by_function(self, prefix: str, *, limit: int) -> list[Task]:
+        """Up to *limit* tasks whose function reference starts with *prefix*, by function
+        reference then id (a range of the index on function reference, in code point order,
+        and id)."""
+        low, high = policy.prefix_range(prefix)
+        sql, params = _SEL + ' WHERE (func COLLATE "C") >= %s', [low]
+        if high is not None:
+            sql += ' AND (func COLLATE "C") < %s'
+            params.append(high)
+        rows = self._read(
+            sql + ' ORDER BY (func COLLATE "C"), id LIMIT %s', (*params, max(limit, 0))
+        )
+        return [TASKS.decode(r) for r in rows]
 
     def retrying(self, limit: int) -> list[Task]:
         """Up to *limit* PENDING tasks with ``attempts > 0``, the soonest due first (along

@@ -6,10 +6,11 @@ positions and the decoders all derive from that one list, so the column order is
 
 Encoding
 --------
-Instants (``due``, ``lease_expires``, ``created``, ``updated``) are **UTC epoch integers in
-microseconds**: exact comparisons and ordering in SQL with no float surprises, readable with
-``datetime(due / 1e6, 'unixepoch')``, and 64-bit range to the year 294,000. A float due time keeps
-its value to the microsecond (round to nearest), far finer than the wheel's 1 ms tick.
+Instants (``due``, ``lease_expires``, ``started``, ``created``, ``updated``) are **UTC epoch
+integers in microseconds**: exact comparisons and ordering in SQL with no float surprises,
+readable with ``datetime(due / 1e6, 'unixepoch')``, and 64-bit range to the year 294,000. A float
+due time keeps its value to the microsecond (round to nearest), far finer than the wheel's 1 ms
+tick. ``started`` is NULL until a task's first run.
 ``timeout`` is a duration (REAL seconds). ``func`` is a reference string (``timewheel.refs``);
 ``args``/``kwargs``/``extra``/``after`` are JSON; ``retry`` is :meth:`Retry.to_spec` as JSON
 (NULL for the default policy); a ``result`` is JSON, or its ``repr`` marked by
@@ -327,6 +328,13 @@ TASKS: RowCodec[Task] = RowCodec(
         Column("timeout", "timeout", encode=_enc_timeout),
         Column("lease_owner", "lease_owner"),
         Column("lease_expires", "lease_expires", encode=to_us_optional, decode=_from_us_optional),
+        Column(
+            "started",
+            "started",
+            encode=to_us_optional,
+            decode=_from_us_optional,
+            changeable=False,
+        ),
         Column("created", "created", encode=to_us, decode=_from_us_fast),
         Column("updated", "updated", encode=to_us, decode=_from_us_fast, changeable=False),
         Column("result", "result", encode=_enc_result, decode=_dec_result, spans=("result_repr",)),

@@ -20,7 +20,7 @@ import sqlite3
 import stat
 
 from timewheel.errors import SchemaVersionError, StoreCorruptError, StoreError
-from timewheel.stores.policy import ENDED_SQL, RETRYING_SQL
+from timewheel.stores.policy import ENDED_SQL, OTHER_QUEUES_SQL, RETRYING_SQL
 from timewheel.stores.sqlite.connections import (
     Durability,
     Mode,
@@ -39,7 +39,7 @@ __all__ = [
     "open_database",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this code writes (``PRAGMA user_version``)."""
 APPLICATION_ID = 0x54574C31
 """``PRAGMA application_id`` of a timewheel store ("TWL1")."""
@@ -113,6 +113,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         f"CREATE INDEX tasks_ended ON tasks(updated, state, due) WHERE {ENDED_SQL}",  # covering
         "CREATE INDEX tasks_with_upstream ON tasks(id) WHERE after IS NOT NULL",
         f"CREATE INDEX tasks_retrying ON tasks(due, id) WHERE {RETRYING_SQL}",
+    ),
+    # 2 -> 3: when each run started (kept with the ended tasks' end times, for the start
+    # lateness), counts by queue and state, tasks by function reference
+    (
+        "ALTER TABLE tasks ADD COLUMN started INTEGER",  # UTC epoch microseconds, NULL = never ran
+        "DROP INDEX tasks_ended",
+        f"CREATE INDEX tasks_ended ON tasks(updated, state, due, started) WHERE {ENDED_SQL}",
+        # covering: counts by queue and state, of the queues other than the default one
+        f"CREATE INDEX tasks_queue ON tasks(queue, state) WHERE {OTHER_QUEUES_SQL}",
+        "CREATE INDEX tasks_func ON tasks(func, id)",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

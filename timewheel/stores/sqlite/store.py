@@ -323,11 +323,16 @@ class SQLiteStore(Store):
                 )
             check_transition(task_id, _STATES[row[_STATE]], state)
             sets = "state = ?, version = version + 1, updated = ?"
+            if state is _RUN:
+                sets += ", started = ?"  # a run starts: its start is recorded, as by claim
+                vals = [now_us, *vals]
             sets += "".join(f", {c} = ?" for c in cols)
             self._cas(conn, task_id, expected_version, sets, (state.value, now_us, *vals))
             deps = self._settle(conn, task_id, state, now_us) if state in TERMINAL_STATES else ()
         # decoding happens after COMMIT: the write lock is held only for the SQL
         stored.update(state=state, version=expected_version + 1, updated=from_us(now_us))
+        if state is _RUN:
+            stored["started"] = from_us(now_us)
         return Changed(TASKS.decode(row, stored), deps)
 
     def promote(
@@ -382,8 +387,8 @@ class SQLiteStore(Store):
                 task_id,
                 expected_version,
                 "state = 'running', version = version + 1, attempts = attempts + 1, "
-                "lease_owner = ?, lease_expires = ?, updated = ?",
-                (owner, lease_us, now_us),
+                "lease_owner = ?, lease_expires = ?, started = ?, updated = ?",
+                (owner, lease_us, now_us, now_us),
             )
         return TASKS.decode(row, _claimed(row, owner, lease_us, now_us))
 
@@ -427,9 +432,9 @@ class SQLiteStore(Store):
             if rows:
                 cur = conn.executemany(
                     "UPDATE tasks SET state = 'running', version = version + 1, "
-                    "attempts = attempts + 1, lease_owner = ?, lease_expires = ?, updated = ? "
-                    "WHERE id = ? AND version = ?",
-                    [(owner, lease_us, now_us, r[_ID], r[_VERSION]) for r in rows],
+                    "attempts = attempts + 1, lease_owner = ?, lease_expires = ?, started = ?, "
+                    "updated = ? WHERE id = ? AND version = ?",
+                    [(owner, lease_us, now_us, now_us, r[_ID], r[_VERSION]) for r in rows],
                 )
                 if cur.rowcount != len(rows):
                     raise VersionConflictError("tasks changed under a claim transaction")
@@ -789,15 +794,41 @@ class SQLiteStore(Store):
         )
         return policy.ended_histogram(since, bucket, n, rows)
 
-    def ended_since(self, since: float, *, limit: int) -> list[tuple[TaskState, float, float]]:
-        """``(state, due, ended)`` of up to *limit* tasks that ended at or after *since*, the
-        latest first (along the index of ended tasks by end time)."""
+    def ended_since(
+        self, since: float, *, limit: int
+    ) -> list[tuple[TaskState, float, float | None, float]]:
+        """``(state, due, started, ended)`` of up to *limit* tasks that ended at or after
+        *since*, the latest first (along the index of ended tasks by end time, which holds
+        every column read)."""
         rows = self._read(
-            f"SELECT state, due, updated FROM tasks INDEXED BY tasks_ended WHERE {policy.ENDED_SQL} "
-            f"AND updated >= ? ORDER BY updated DESC LIMIT ?",
+            f"SELECT state, due, started, updated FROM tasks INDEXED BY tasks_ended WHERE "
+            f"{policy.ENDED_SQL} AND updated >= ? ORDER BY updated DESC LIMIT ?",
             (to_us(since), max(limit, 0)),
         )
         return policy.ended_rows(rows)
+
+    def count_by_queue(self) -> dict[str, dict[TaskState, int]]:
+        """Tasks per queue and state, in one statement (one snapshot): the queues other than
+        the default one along their index of queue and state, every queue by state along the
+        index of states (both hold what they count: the table's rows are not read)."""
+        return policy.queue_counts(
+            self._read(
+                "SELECT queue, state, count(*) FROM tasks INDEXED BY tasks_queue "
+                f"WHERE {policy.OTHER_QUEUES_SQL} GROUP BY queue, state UNION ALL "
+                "SELECT NULL, state, count(*) FROM tasks INDEXED BY tasks_state GROUP BY state"
+            )
+        )
+
+    def by_function(self, prefix: str, *, limit: int) -> list[Task]:
+        """Up to *limit* tasks whose function reference starts with *prefix*, by function
+        reference then id (a range of the index on function reference and id)."""
+        low, high = policy.prefix_range(prefix)
+        sql, params = f"{_SEL} INDEXED BY tasks_func WHERE func >= ?", [low]
+        if high is not None:
+            sql += " AND func < ?"
+            params.append(high)
+        rows = self._read(sql + " ORDER BY func, id LIMIT ?", (*params, max(limit, 0)))
+        return [TASKS.decode(r) for r in rows]
 
     def retrying(self, limit: int) -> list[Task]:
         """Up to *limit* PENDING tasks with ``attempts > 0``, the soonest due first (along
@@ -987,6 +1018,7 @@ def _claimed(row: Row, owner: str, lease_us: int, now_us: int) -> dict[str, Any]
         "attempts": row[_ATTEMPTS] + 1,
         "lease_owner": owner,
         "lease_expires": from_us(lease_us),
+        "started": from_us(now_us),
         "updated": from_us(now_us),
     }
 
