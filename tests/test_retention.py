@@ -110,7 +110,8 @@ def test_two_handles_on_one_task_are_both_held() -> None:
     sched = scheduler(clock, store, keep_finished=timedelta(minutes=1))
     first = sched.schedule(noop, 1, delay=1, id="twice")
     second = sched.get("twice")
-    assert first == second and first is not second
+    assert first == second
+    assert first is not second
     clock.advance(2)
     del first
     gc.collect()

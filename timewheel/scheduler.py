@@ -249,7 +249,7 @@ class Scheduler:
             self._clock.attach(self._driver)
         elif not self._inline:
             self._loop = TriggerLoop(self._trigger.step, self._clock)
-            self._trigger.waker = self._loop.wake
+            self._trigger.waker = self._loop
             self._trigger.promote_due_on_place = True
             self._loop.start()
 

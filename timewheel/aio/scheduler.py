@@ -251,7 +251,7 @@ class AsyncScheduler:
             clock.attach(self._driver)
         else:
             self._timer = LoopTimer(self._step, clock, self._runner)
-            self._trigger.waker = self._timer.wake
+            self._trigger.waker = self._timer
             self._trigger.promote_due_on_place = True
             self._timer.start(loop)
         return self
