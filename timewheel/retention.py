@@ -148,7 +148,8 @@ class Retention:
         self._catching_up = False
 
     def hold(self, handle: Handle) -> None:
-        """Keep the task of *handle* for as long as *handle* is referenced (from any thread)."""
+        """Keep the task of *handle* for as long as *handle* is referenced (from any thread).
+        With ``keep`` None (set at construction: nothing is ever deleted) nothing is recorded."""
         if self.keep is not None:
             self._handles.add(_HandleRef(handle, self._forget))
 
