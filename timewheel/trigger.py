@@ -367,7 +367,7 @@ class Trigger:
             return
         self._load(near)
         if self.waker is not None:
-            self.waker(min(e[1] for e in near))
+            self.waker.wake(min(e[1] for e in near))
 
     def work_changed(self, *, pending: bool, ready: bool) -> None:
         """Another process inserted PENDING work due soon (*pending*: the next step loads the
@@ -380,7 +380,7 @@ class Trigger:
         if ready:
             self._look_ready = True
         if self.waker is not None:
-            self.waker(None)
+            self.waker.wake(None)
 
     # -- placing tasks in the wheel --------------------------------------------------------------
     def index(self, task: Task) -> None:
@@ -739,7 +739,7 @@ class Trigger:
                     # loop's next step tries again
                     self._load([(task.id, task.due, task.schedule_id)])
                     if self.waker is not None:
-                        self.waker(task.due)
+                        self.waker.wake(task.due)
 
     # -- herds ------------------------------------------------------------------------------------
     def _drop_passed(self, now: float) -> None:
