@@ -103,6 +103,54 @@ def test_finished_tasks_go_after_the_period_held_handles_stay(store: Store) -> N
     sched.shutdown()
 
 
+def test_two_handles_on_one_task_are_both_held() -> None:
+    # handles compare equal by task id; each one still keeps the task on its own
+    clock = FakeClock(start=T0)
+    store = tw.MemoryStore()
+    sched = scheduler(clock, store, keep_finished=timedelta(minutes=1))
+    first = sched.schedule(noop, 1, delay=1, id="twice")
+    second = sched.get("twice")
+    assert first == second
+    assert first is not second
+    clock.advance(2)
+    del first
+    gc.collect()
+    sched.schedule(noop, delay=120, id="tick-1")
+    clock.advance(120)
+    assert store.find("twice") is not None, "the second handle keeps the task"
+    del second
+    gc.collect()
+    sched.schedule(noop, delay=10, id="tick-2")
+    clock.advance(10)
+    assert store.find("twice") is None, "once both handles are dropped, the task goes"
+    sched.shutdown()
+
+
+def test_held_lists_live_handles_only() -> None:
+    class Handle:
+        def __init__(self, task_id: str) -> None:
+            self.id = task_id
+
+    retention = Retention(tw.MemoryStore(), keep=60.0)
+    a, b = Handle("a"), Handle("b")
+    retention.hold(a)
+    retention.hold(b)
+    assert retention.held() == {"a", "b"}
+    del a
+    gc.collect()
+    assert retention.held() == {"b"}
+
+
+def test_nothing_is_held_when_nothing_is_deleted() -> None:
+    class Handle:
+        id = "a"
+
+    retention = Retention(tw.MemoryStore(), keep=None)
+    handle = Handle()
+    retention.hold(handle)
+    assert retention.held() == set()
+
+
 def test_keep_finished_none_keeps_everything() -> None:
     clock = FakeClock(start=T0)
     store = tw.MemoryStore()

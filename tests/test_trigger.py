@@ -185,6 +185,31 @@ def test_placing_a_due_task_promotes_it_at_once_only_when_asked(due_now: bool) -
     assert (trigger.store.get("t").state is R) is due_now
 
 
+class RecordingWaker:
+    """A driver sleeping towards ``planned``; records the wakes asked of it."""
+
+    def __init__(self, planned: float | None) -> None:
+        self.planned = planned
+        self.wakes: list[float | None] = []
+
+    def wake(self, deadline: float | None = None) -> None:
+        self.wakes.append(deadline)
+
+
+def test_placing_wakes_the_driver_only_for_a_task_due_before_its_plan() -> None:
+    trigger = make()
+    waker = RecordingWaker(planned=T0 + 10)
+    trigger.waker = waker
+    add(trigger, "later", T0 + 20)
+    add(trigger, "at-the-plan", T0 + 10)
+    assert waker.wakes == [], "the driver wakes by then anyway"
+    add(trigger, "earlier", T0 + 5)
+    assert waker.wakes == [T0 + 5]
+    waker.planned = None  # firing: any new task may change the plan
+    add(trigger, "while-firing", T0 + 30)
+    assert waker.wakes == [T0 + 5, T0 + 30]
+
+
 def test_overflowed_ready_tasks_run_before_newer_ones() -> None:
     """Under steady load the backlog in the store is served oldest first: a task never waits
     behind work that became READY after it."""

@@ -39,7 +39,9 @@ class TriggerLoop:
         self._cond = threading.Condition()
         self._woken = False
         self._stopping = False
-        self._planned: float | None = None  # the deadline the loop sleeps towards
+        #: the instant the loop sleeps towards (epoch seconds); None while it runs a step, when
+        #: any new task may change the plan. Read without a lock by :meth:`wake`'s callers
+        self.planned: float | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -49,11 +51,11 @@ class TriggerLoop:
 
     def wake(self, deadline: float | None = None) -> None:
         """Re-plan now if *deadline* (epoch seconds) is earlier than the planned wake-up."""
-        planned = self._planned  # unlocked read: at worst we take the lock for nothing
+        planned = self.planned  # unlocked read: at worst we take the lock for nothing
         if deadline is not None and planned is not None and deadline >= planned:
             return
         with self._cond:
-            if deadline is not None and self._planned is not None and deadline >= self._planned:
+            if deadline is not None and self.planned is not None and deadline >= self.planned:
                 return
             self._woken = True
             self._cond.notify()
@@ -94,7 +96,7 @@ class TriggerLoop:
                 delay = (
                     self._max_sleep if deadline is None else min(deadline - now, self._max_sleep)
                 )
-                self._planned = now + delay
+                self.planned = now + delay
                 if delay > 0:
                     clock.wait(self._cond, delay)
-                self._planned = None
+                self.planned = None

@@ -39,7 +39,6 @@ __all__ = [
     "conflict_policy",
     "due_time",
     "fast_at",
-    "fast_due",
     "prepare",
     "unknown_options",
 ]
@@ -107,24 +106,6 @@ def fast_at(options: dict[str, Any]) -> float | None:
         return float(at)
     if at.__class__ is datetime and at.tzinfo is not None and at.utcoffset() is not None:
         return at.timestamp()
-    return None
-
-
-def fast_due(
-    delay: object, options: dict[str, Any], time: Callable[[], float]
-) -> tuple[float, float] | None:
-    """``(due, now)`` of a ``schedule(f, *args, delay=d)`` or ``schedule(f, *args, at=t)`` call
-    with no other option and a plain value: the compact fast path. None sends the call down the
-    full path (which also reports every bad value). Reads the clock (*time*) only when plain."""
-    if options:
-        at = fast_at(options) if delay is None else None
-        if at is None:
-            return None
-        return at, time()
-    # a plain number (not bool, not a subclass, not timedelta), finite
-    if delay.__class__ in PLAIN_NUMBERS and -BIG_DELAY < delay < BIG_DELAY:
-        now = time()
-        return now + delay, now
     return None
 
 

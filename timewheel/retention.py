@@ -16,11 +16,17 @@ other threads between two batches (an SQLite writer polls for the write lock: wi
 back-to-back batches would keep it waiting for the whole backlog).
 
 A task whose :class:`~timewheel.jobs.Job` handle is still referenced somewhere in this process
-is kept, however old: the scheduler registers every handle it makes (:meth:`Retention.hold`) in a
-weak map, and each pass skips the ids of the handles still alive. Once the last handle of a task
-is dropped, the task goes at the next pass that reaches it. A pass looks at up to ``batch`` plus
-the number of live handles tasks per state, so an application that keeps very many handles makes
-each pass longer in proportion.
+is kept, however old: the scheduler registers every handle it makes (:meth:`Retention.hold`) as a
+weak reference in a set, and each pass skips the ids of the handles still alive. Once the last
+handle of a task is dropped, the task goes at the next pass that reaches it. A pass looks at up to
+``batch`` plus the number of live handles tasks per state, so an application that keeps very many
+handles makes each pass longer in proportion.
+
+Registering is on the path of every ``schedule()`` call, so it is kept to two C calls: a weak
+reference whose callback (the set's own ``discard``) takes it out of the set when the handle is
+dropped, and the set insert. No lock is needed (each is one step under the GIL) and no Python code
+runs, neither when a handle is made nor when it goes. With ``keep_finished=None`` nothing is
+deleted, so nothing is registered.
 
 Stores with maintenance to do (:class:`~timewheel.stores.base.SupportsMaintenance`, such as a WAL
 checkpoint in SQLite) get :meth:`~timewheel.stores.base.SupportsMaintenance.maintain` called from
@@ -31,7 +37,6 @@ ordinary expiry), and otherwise at least every ``maintain_interval`` seconds.
 from __future__ import annotations
 
 import math
-import threading
 import weakref
 from datetime import timedelta
 from typing import Literal, Protocol
@@ -90,6 +95,16 @@ def keep_finished_seconds(value: KeepFinished, store: Store) -> float | None:
     return secs
 
 
+class _HandleRef(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference to a handle, hashed and compared as itself: handles compare equal by task
+    id, and two live handles on one task must both be kept (a set of plain weak references, which
+    compare their referents, would keep only one of them)."""
+
+    __slots__ = ()
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
+
 class Retention:
     """Deletes finished tasks older than *keep* seconds, in bounded passes (module docstring).
 
@@ -125,22 +140,27 @@ class Retention:
         self.maintenance = store if isinstance(store, SupportsMaintenance) else None
         #: tasks deleted by all passes so far
         self.removed = 0
-        self._handles: weakref.WeakValueDictionary[int, Handle] = weakref.WeakValueDictionary()
-        self._handles_lock = threading.Lock()  # an insert must not meet the copy in held()
+        # weak references to the live handles; a dropped handle's reference removes itself
+        self._handles: set[_HandleRef] = set()
+        self._forget = self._handles.discard
         self._next_pass = -math.inf
         self._next_maintenance = -math.inf
         self._catching_up = False
 
     def hold(self, handle: Handle) -> None:
-        """Keep the task of *handle* for as long as *handle* is referenced."""
-        with self._handles_lock:
-            self._handles[id(handle)] = handle
+        """Keep the task of *handle* for as long as *handle* is referenced (from any thread).
+        With ``keep`` None (set at construction: nothing is ever deleted) nothing is recorded."""
+        if self.keep is not None:
+            self._handles.add(_HandleRef(handle, self._forget))
 
     def held(self) -> set[str]:
         """The ids of the tasks live handles refer to."""
-        with self._handles_lock:
-            handles = list(self._handles.values())
-        return {h.id for h in handles}
+        ids = set()
+        for ref in self._handles.copy():  # one C step: other threads' adds and drops wait for it
+            handle = ref()
+            if handle is not None:
+                ids.add(handle.id)
+        return ids
 
     @property
     def catching_up(self) -> bool:

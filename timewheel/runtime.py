@@ -25,6 +25,7 @@ from timewheel.errors import JobTimeoutError, SchedulerStateError, VersionConfli
 from timewheel.events import TERMINAL_EVENT, EventHub
 from timewheel.herds import HerdReport
 from timewheel.jobs import Job
+from timewheel.options import BIG_DELAY, PLAIN_NUMBERS, fast_at
 from timewheel.ready import ReadyQueue
 from timewheel.recurring import Recurring
 from timewheel.refs import Allowlist, permit_imports
@@ -106,10 +107,14 @@ class Runtime:
         self.store = store
         #: deletes finished tasks after *keep_finished* seconds, from the trigger
         self.retention = Retention(store, keep_finished)
+        #: ``hold(handle)``: keep *handle*'s task from retention while *handle* is referenced
+        #: (every ``Job`` calls it when made: the retention's own method, no call in between)
+        self.hold: Callable[[Job], None] = self.retention.hold
         self.clock = clock
         self.lease = lease
         self.timezone = timezone
         self.events = EventHub()
+        self._submitted = self.events.listening("submitted")
         self.ready_queue = ReadyQueue(ready_capacity)
         self.recurring = Recurring(self)
         self.trigger = Trigger(
@@ -210,10 +215,6 @@ class Runtime:
         """A handle on *task_id*."""
         return Job(self, task_id)
 
-    def hold(self, handle: Job) -> None:
-        """Keep *handle*'s task from retention while *handle* is referenced."""
-        self.retention.hold(handle)
-
     def index(self, task: Task) -> None:
         """Put a PENDING task in the trigger's wheel (if runnable and within its horizon)."""
         self.trigger.index(task)
@@ -243,29 +244,45 @@ class Runtime:
     def submit_compact(
         self,
         store: SupportsCompactInsert,
-        task_id: str,
         func: Callable[..., Any],
         args: tuple[Any, ...],
-        due: float,
-        now: float,
-        *,
-        promote_now: bool,
-    ) -> None:
-        """The fast path of ``schedule()``: a one-shot task with default options, kept by *store*
-        (this runtime's store) as a compact record. With *promote_now* (a real-time trigger runs),
-        a task already due goes straight to READY and onto the ready queue in one store step."""
-        events = self.events
-        watched = events.listening("submitted")
-        if due <= now and promote_now and not watched:
-            self.trigger.enqueue((store.add_ready(task_id, func, args, due, now),))
-            events.counts["submitted"] += 1
-            return
+        delay: object,
+        options: dict[str, Any],
+        time: Callable[[], float],
+        new_id: Callable[[], str],
+    ) -> str | None:
+        """The fast path of ``schedule()``, both facades': a ``schedule(f, *args, delay=d)`` or
+        ``schedule(f, *args, at=t)`` call with no other option and a plain value is kept by
+        *store* (this runtime's store) as a compact record, under an id from *new_id*, which is
+        returned. Any other call returns None without reading the clock (*time*) and takes the
+        full path, which also reports every bad value. When a real-time loop runs (the trigger's
+        ``promote_due_on_place``), a task already due goes straight to READY and onto the ready
+        queue in one store step."""
+        if options:
+            due = fast_at(options) if delay is None else None
+            if due is None:
+                return None
+            now = time()
+        # a plain number (not bool, not a subclass, not timedelta), finite
+        elif delay.__class__ in PLAIN_NUMBERS and -BIG_DELAY < delay < BIG_DELAY:
+            now = time()
+            due = now + delay
+        else:
+            return None
+        task_id = new_id()
+        watched = self._submitted  # the live list of "submitted" listeners
+        trigger = self.trigger
+        if due <= now and trigger.promote_due_on_place and not watched:
+            trigger.enqueue((store.add_ready(task_id, func, args, due, now),))
+            self.events.counts["submitted"] += 1
+            return task_id
         store.add_pending(task_id, func, args, due, now)
         if watched:
-            events.emit("submitted", self.store.get(task_id))
+            self.events.emit("submitted", self.store.get(task_id))
         else:
-            events.counts["submitted"] += 1
-        self.trigger.place(task_id, due, now)
+            self.events.counts["submitted"] += 1
+        trigger.place(task_id, due, now)
+        return task_id
 
     def cancel(self, task_id: str) -> bool:
         """Cancel a PENDING or READY task; True if it is now cancelled (see ``Scheduler.cancel``)."""

@@ -38,7 +38,6 @@ from timewheel.options import (
     OneShotOptions,
     RecurringOptions,
     Series,
-    fast_due,
     prepare,
     unknown_options,
 )
@@ -250,7 +249,7 @@ class Scheduler:
             self._clock.attach(self._driver)
         elif not self._inline:
             self._loop = TriggerLoop(self._trigger.step, self._clock)
-            self._trigger.waker = self._loop.wake
+            self._trigger.waker = self._loop
             self._trigger.promote_due_on_place = True
             self._loop.start()
 
@@ -443,12 +442,10 @@ class Scheduler:
         ):
             # The fast path: a one-shot task with default options, kept by the store as a
             # compact record. Everything else (and every error) takes the full path.
-            timing = fast_due(delay, options, self._time)
-            if timing is not None:
-                task_id = self._new_id()
-                self._runtime.submit_compact(
-                    mem, task_id, func, args, *timing, promote_now=self._loop is not None
-                )
+            task_id = self._runtime.submit_compact(
+                mem, func, args, delay, options, self._time, self._new_id
+            )
+            if task_id is not None:
                 return Job(self._runtime, task_id)
         unknown = options.keys() - SCHEDULE_OPTIONS
         if unknown:

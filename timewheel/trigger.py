@@ -58,7 +58,7 @@ from timewheel.stores.base import Changed, Store, SupportsNotifications
 from timewheel.task import Task, TaskState
 from timewheel.wheel import TimingWheel, bucket_width
 
-__all__ = ["FirePlan", "Herd", "InstancePlanner", "Outcomes", "PreparePlan", "Trigger"]
+__all__ = ["FirePlan", "Herd", "InstancePlanner", "Outcomes", "PreparePlan", "Trigger", "Waker"]
 
 log = logging.getLogger("timewheel.trigger")
 
@@ -198,6 +198,19 @@ class Outcomes(Protocol):
         ...
 
 
+class Waker(Protocol):
+    """**Protocol:** the driver that sleeps towards the trigger's next deadline and can be woken
+    earlier (:class:`~timewheel.loop.TriggerLoop`, the asyncio scheduler's ``LoopTimer``)."""
+
+    #: the instant it next fires (epoch seconds), or None while it fires or has nothing armed;
+    #: read without a lock, so that placing a later task costs no call (:meth:`wake` checks again)
+    planned: float | None
+
+    def wake(self, deadline: float | None = None) -> None:
+        """Fire at *deadline* (None: now) if that is earlier than planned; from any thread."""
+        ...
+
+
 class Trigger:
     """Owns the timing wheel and the trigger policy (see the module docstring).
 
@@ -294,8 +307,9 @@ class Trigger:
         #: set when READY work waits in the store beyond the ready queue's capacity
         self.backlog = False
         self.active = False
-        #: called with a deadline when a placed task is due earlier than planned (the loop's wake)
-        self.waker: Callable[[float | None], None] | None = None
+        #: the driver that sleeps towards the next deadline (the loop), woken when a task placed
+        #: is due earlier than it planned
+        self.waker: Waker | None = None
         #: when a real-time loop runs, a task placed already due is promoted by the placing thread
         self.promote_due_on_place = False
         # recurring instances held (in the wheel, staged or being released) -> due
@@ -353,7 +367,7 @@ class Trigger:
             return
         self._load(near)
         if self.waker is not None:
-            self.waker(min(e[1] for e in near))
+            self.waker.wake(min(e[1] for e in near))
 
     def work_changed(self, *, pending: bool, ready: bool) -> None:
         """Another process inserted PENDING work due soon (*pending*: the next step loads the
@@ -366,7 +380,7 @@ class Trigger:
         if ready:
             self._look_ready = True
         if self.waker is not None:
-            self.waker(None)
+            self.waker.wake(None)
 
     # -- placing tasks in the wheel --------------------------------------------------------------
     def index(self, task: Task) -> None:
@@ -401,7 +415,9 @@ class Trigger:
                 return  # placed already (a task indexed again): it keeps its slot
         waker = self.waker
         if waker is not None:
-            waker(due)
+            planned = waker.planned  # a wake (a call, a lock) only for a task due before it
+            if planned is None or due < planned:
+                waker.wake(due)
 
     def _place_instance(self, task_id: str, due: float) -> None:
         with self.lock:
@@ -412,7 +428,7 @@ class Trigger:
             hot = self._count(task_id, due)
         waker = self.waker
         if waker is not None:
-            waker(due if hot is None else min(due, hot))
+            waker.wake(due if hot is None else min(due, hot))
 
     def _count(self, task_id: str, due: float) -> float | None:
         """Index a recurring instance by its second (lock held); when the second turns into a
@@ -691,7 +707,7 @@ class Trigger:
         if any_put and self.on_ready is not None:
             self.on_ready()
         elif self.backlog and self._refill_due() and self.waker is not None:
-            self.waker(None)  # the loop refills now rather than at its next planned wake-up
+            self.waker.wake(None)  # the loop refills now rather than at its next planned wake-up
 
     def _skip(self, task: Task, why: str, now: float) -> None:
         try:
@@ -723,7 +739,7 @@ class Trigger:
                     # loop's next step tries again
                     self._load([(task.id, task.due, task.schedule_id)])
                     if self.waker is not None:
-                        self.waker(task.due)
+                        self.waker.wake(task.due)
 
     # -- herds ------------------------------------------------------------------------------------
     def _drop_passed(self, now: float) -> None:
@@ -991,7 +1007,7 @@ class Trigger:
                         if hot is not None:
                             wake = hot
         if wake is not None and self.waker is not None:
-            self.waker(wake)
+            self.waker.wake(wake)
 
     def reap(self, now: float) -> None:
         """Re-run (or end TIMED_OUT) RUNNING tasks whose lease expired before *now*."""
@@ -1028,7 +1044,7 @@ class Trigger:
 
     def _on_ready_low(self) -> None:
         if self.backlog and self.waker is not None:
-            self.waker(None)
+            self.waker.wake(None)
 
 
 def _utc(second: float) -> str:

@@ -36,7 +36,6 @@ from timewheel.options import (
     RecurringOptions,
     Series,
     TaskOptions,
-    fast_due,
     prepare,
     unknown_options,
 )
@@ -252,7 +251,7 @@ class AsyncScheduler:
             clock.attach(self._driver)
         else:
             self._timer = LoopTimer(self._step, clock, self._runner)
-            self._trigger.waker = self._timer.wake
+            self._trigger.waker = self._timer
             self._trigger.promote_due_on_place = True
             self._timer.start(loop)
         return self
@@ -368,12 +367,10 @@ class AsyncScheduler:
         ):
             # The fast path: a one-shot task with default options, kept by the memory store as
             # a compact record, on the loop's thread. Everything else takes the full path.
-            timing = fast_due(delay, options, self._time)
-            if timing is not None:
-                task_id = self._new_id()
-                self._runtime.submit_compact(
-                    mem, task_id, func, args, *timing, promote_now=self._timer is not None
-                )
+            task_id = self._runtime.submit_compact(
+                mem, func, args, delay, options, self._time, self._new_id
+            )
+            if task_id is not None:
                 return AsyncJob(self, task_id)
         prepared = self._prepare(func, args, delay, options)
         if isinstance(prepared, Series):

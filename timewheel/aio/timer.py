@@ -59,7 +59,9 @@ class LoopTimer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
         self._handle: asyncio.TimerHandle | None = None
-        self._planned: float | None = None  # the instant the armed handle fires (epoch seconds)
+        #: the instant the armed handle fires (epoch seconds); None while none is armed. Read
+        #: without a lock by :meth:`wake`'s callers
+        self.planned: float | None = None
         self._firing = False
         self._again: Any = _NOTHING  # the earliest wake-up asked for during a pass
         self._stopped = False
@@ -81,7 +83,7 @@ class LoopTimer:
     def wake(self, deadline: float | None = None) -> None:
         """Re-arm if *deadline* (epoch seconds; None: now) is earlier than the armed one.
         Callable from any thread; cheap when nothing changes."""
-        planned = self._planned
+        planned = self.planned
         if deadline is not None and planned is not None and deadline >= planned:
             return
         if threading.get_ident() == self._thread:
@@ -104,7 +106,7 @@ class LoopTimer:
             return
         if deadline is None:
             deadline = self._clock.time()
-        if self._planned is not None and deadline >= self._planned:
+        if self.planned is not None and deadline >= self.planned:
             return
         self._arm(deadline)
 
@@ -115,12 +117,12 @@ class LoopTimer:
             self._handle.cancel()
         now = self._clock.time()
         delay = self._max_sleep if deadline is None else min(deadline - now, self._max_sleep)
-        self._planned = now + delay
+        self.planned = now + delay
         self._handle = loop.call_at(loop.time() + delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self._handle = None
-        self._planned = None
+        self.planned = None
         if self._stopped:
             return
         self._firing = True
