@@ -238,3 +238,67 @@ def test_overflowed_ready_tasks_run_before_newer_ones() -> None:
     news = [served.index(t) for t in served if t.startswith("new")]
     assert olds == sorted(olds), "the backlog is served in due order"
     assert max(olds) < min(news), "no newer task overtakes the overflowed ones"
+
+
+class ReadsBeforeAnotherPromote(MemoryStore):
+    """A store whose ``ready()`` read is followed, before the refill acts on it, by another
+    thread promoting a due-now task that overflows (a ``schedule(delay=0)`` on a caller thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meanwhile: list[object] = []
+
+    def ready(self, *, limit: int, queues: Sequence[str] | None = None) -> list[Task]:
+        rows = super().ready(limit=limit, queues=queues)
+        while self.meanwhile:
+            hook = self.meanwhile.pop()
+            hook()  # type: ignore[operator]
+        return rows
+
+
+def test_a_task_overflowing_during_a_refill_keeps_the_backlog() -> None:
+    """A refill that read the store before another thread's due-now task went to the backlog
+    must not clear the backlog flag: the task would wait READY in the store with nothing to
+    fetch it."""
+    store = ReadsBeforeAnotherPromote()
+    trigger = make(store, capacity=4)
+    trigger.promote_due_on_place = True
+    for i in range(5):
+        add(trigger, f"old{i}", T0 - 1 + i / 10)  # due: 4 queued, 1 in the backlog
+    assert trigger.backlog
+    for _ in range(4):
+        task = trigger.ready.pull_nowait()
+        assert task is not None
+        store.claim(task.id, expected_version=task.version, owner="w", lease_expires=T0 + 9, now=T0)
+    store.meanwhile.append(lambda: add(trigger, "late", T0 - 0.5))  # promoted at once
+    trigger.refill_ready()
+    assert store.get("late").state is R
+    assert trigger.backlog, "the task that went to the backlog meanwhile is still to be fetched"
+    trigger.refill_ready()
+    assert [t.id for t in (trigger.ready.pull_nowait(), trigger.ready.pull_nowait()) if t] == [
+        "old4",
+        "late",
+    ]
+
+
+def test_a_refill_whose_queue_filled_meanwhile_keeps_the_backlog() -> None:
+    """Places taken by another thread between the refill's read and its puts leave the rows
+    that did not fit in the backlog, still to be fetched."""
+    store = ReadsBeforeAnotherPromote()
+    trigger = make(store, capacity=2)
+    for i in range(3):
+        add(trigger, f"old{i}", T0 - 1 + i / 10)
+    trigger.fire(T0)  # 2 queued, 1 in the backlog
+    for _ in range(2):
+        task = trigger.ready.pull_nowait()
+        assert task is not None
+        store.claim(task.id, expected_version=task.version, owner="w", lease_expires=T0 + 9, now=T0)
+
+    def fill() -> None:
+        trigger.ready.put(Task(id="x", func=noop, due=T0))
+        trigger.ready.put(Task(id="y", func=noop, due=T0))
+
+    store.meanwhile.append(fill)
+    trigger.refill_ready()
+    assert "old2" not in trigger.ready
+    assert trigger.backlog, "old2 did not fit: it is still to be fetched"

@@ -306,6 +306,9 @@ class Trigger:
         self.missed_fires = 0
         #: set when READY work waits in the store beyond the ready queue's capacity
         self.backlog = False
+        # counts the tasks sent to the backlog; a refill compares it across its store read, so
+        # a task that overflowed on another thread meanwhile keeps the backlog flag set
+        self._overflowed = 0
         self.active = False
         #: the driver that sleeps towards the next deadline (the loop), woken when a task placed
         #: is due earlier than it planned
@@ -704,6 +707,7 @@ class Trigger:
                 any_put = True
             else:
                 self.backlog = True  # stays READY in the store; refilled in due order
+                self._overflowed += 1
         if any_put and self.on_ready is not None:
             self.on_ready()
         elif self.backlog and self._refill_due() and self.waker is not None:
@@ -970,13 +974,18 @@ class Trigger:
             return
         limit = free + len(ready)
         served = None if self.served is None else sorted(self.served)
+        overflowed = self._overflowed
         rows = self.store.ready(limit=limit, queues=served)
         batch = [t for t in rows if t.id not in ready]
+        left = len(batch) > free
         for task in batch[:free]:
-            ready.put(task)
+            if not ready.put(task):
+                left = True  # places taken meanwhile by another thread: fetched next time
         # A full page means more READY rows may wait beyond it (queued rows and rows pulled but
-        # not yet claimed take places in it): look again, or they are stranded for good.
-        self.backlog = len(batch) > free or len(rows) >= limit
+        # not yet claimed take places in it): look again, or they are stranded for good. So
+        # does a task promoted on another thread (a due-now schedule()) that went to the
+        # backlog after the read above: clearing the flag would strand it.
+        self.backlog = left or len(rows) >= limit or self._overflowed != overflowed
         if batch and self.on_ready is not None:
             self.on_ready()
 
