@@ -78,8 +78,28 @@ class Store(Protocol):
         """
         ...
 
-    def insert_many(self, tasks: Sequence[Task]) -> None:
-        """Insert many tasks without dependencies atomically; any existing id raises and inserts none."""
+    def insert_many(
+        self, tasks: Sequence[Task], *, on_conflict: OnConflict = "error"
+    ) -> list[Changed]:
+        """Insert a batch of tasks in one atomic step: all of them, or (on an error) none.
+
+        Each task is inserted as :meth:`insert` would, in batch order, with *on_conflict* for
+        every task of the batch. A task may depend (``after``) on tasks in the store or on tasks
+        placed earlier in the same batch. New ids without dependencies, the common case, go in
+        one multi-row insert (``policy.plan_batch`` decides; ``policy.check_batch`` checks the
+        batch before anything is read or written).
+
+        Returns the change of each task inserted or replaced, in batch order; a task kept under
+        ``on_conflict="keep"`` is not among them.
+
+        Raises:
+            DuplicateKeyError: an id appears twice in the batch, or exists already and
+                *on_conflict* is ``"error"``.
+            VersionConflictError: ``"replace"`` of a RUNNING task.
+            InvalidScheduleError: an unknown *on_conflict*; a task that depends on a later task
+                of the batch.
+            TaskNotFoundError: an id in a task's ``after`` does not exist.
+        """
         ...
 
     def get(self, task_id: str) -> Task:
