@@ -241,6 +241,30 @@ class Runtime:
             self.notify_terminal(stored, None)
         return stored.id
 
+    def submit_many(self, tasks: Sequence[Task], on_conflict: OnConflict) -> None:
+        """Insert a batch of new tasks in one store step, index them, and report them (a task
+        kept under ``on_conflict="keep"`` is the existing one: nothing to report)."""
+        changes = self.store.insert_many(tasks, on_conflict=on_conflict)
+        if on_conflict == "replace":
+            ids = [c.task.id for c in changes]
+            self.trigger.unindex(ids)
+            for task_id in ids:
+                self.ready_queue.discard(task_id)
+        events, index = self.events, self.trigger.index
+        if not events.listening("submitted"):
+            events.counts["submitted"] += len(changes)
+            emit = None
+        else:
+            emit = events.emit
+        for stored, dependents in changes:
+            if emit is not None:
+                emit("submitted", stored)
+            index(stored)
+            if dependents:
+                self.settle(dependents)
+            if stored.state in TERMINAL_STATES:
+                self.notify_terminal(stored, None)
+
     def submit_compact(
         self,
         store: SupportsCompactInsert,

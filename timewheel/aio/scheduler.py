@@ -30,13 +30,14 @@ from timewheel.aio.timer import AsyncClockDriver, LoopTimer
 from timewheel.clock import Clock, DrivingClock, SystemClock
 from timewheel.errors import JobTimeoutError, SchedulerStateError
 from timewheel.events import Event
-from timewheel.jobs import Job, TaskFunction
+from timewheel.jobs import Job, Step, TaskFunction
 from timewheel.options import (
     SCHEDULE_OPTIONS,
     RecurringOptions,
     Series,
     TaskOptions,
     prepare,
+    prepare_many,
     unknown_options,
 )
 from timewheel.ready import ReadyQueue
@@ -378,6 +379,41 @@ class AsyncScheduler:
         runtime = self._runtime
         task_id = await self._do(runtime.submit, prepared.task, prepared.on_conflict)
         return AsyncJob(self, task_id)
+
+    async def schedule_many(
+        self,
+        items: Iterable[Step | Callable[..., Any] | str | tuple[Any, ...]],
+        /,
+        *,
+        delay: float | timedelta | None = None,
+        **options: Unpack[AsyncOneShotOptions],
+    ) -> list[AsyncJob]:
+        """Schedule many one-shot tasks in one store step: all of them, or (on any error) none.
+
+        Items, defaults and errors as for
+        :meth:`timewheel.scheduler.Scheduler.schedule_many`; ``after=`` takes ``AsyncJob``
+        handles too. With a durable store the batch is written off the event loop. Returns one
+        :class:`AsyncJob` per item, in order.
+        """
+        if self._state == "stopped":
+            raise SchedulerStateError(
+                "cannot schedule on a scheduler that was shut down; create a new AsyncScheduler"
+            )
+        defaults: dict[str, Any] = dict(options)
+        if delay is not None:
+            defaults["delay"] = delay
+        tasks, on_conflict = prepare_many(
+            items,
+            defaults,
+            now=self._clock.time(),
+            durable=self._store.durable,
+            new_id=self._new_id,
+            allowlist=self._runtime.allowlist,
+            upstream=_upstream_ids,
+        )
+        if tasks:
+            await self._do(self._runtime.submit_many, tasks, on_conflict)
+        return [AsyncJob(self, t.id) for t in tasks]
 
     def _prepare(
         self,

@@ -294,7 +294,7 @@ def check_batch(tasks: Sequence[Task], on_conflict: object) -> None:
             at = position.get(up_id)
             if at is not None and at >= i:
                 raise InvalidScheduleError(
-                    f"task {task.id!r} (item {i} of insert_many) depends on {up_id!r}, item {at} "
+                    f"task {task.id!r} (item {i} of the batch) depends on {up_id!r}, item {at} "
                     "of the same batch; an upstream task must come before its dependents"
                 )
 
@@ -596,8 +596,7 @@ def task_exists(task_id: str) -> DuplicateKeyError:
 def duplicate_in_batch(task_id: str, first: int, again: int) -> DuplicateKeyError:
     """``insert_many`` was given the same id twice (items *first* and *again*)."""
     return DuplicateKeyError(
-        f"task id {task_id!r} appears twice in insert_many (items {first} and {again}); none "
-        "inserted"
+        f"task id {task_id!r} appears twice in the batch (items {first} and {again}); none inserted"
     )
 
 
