@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -388,6 +388,11 @@ def _item(spec: object) -> tuple[Callable[..., Any] | str, tuple[Any, ...], dict
     return func, tuple(args), opts
 
 
+def _uuid_hex() -> str:
+    """A new random id, unique across processes (what durable stores' tasks get)."""
+    return uuid.uuid4().hex
+
+
 def _one_shot(options: Mapping[str, Any]) -> None:
     """Refuse the options of recurring schedules in a ``schedule_many`` call."""
     recurring = sorted((RECURRING_ONLY | {"cron", "every"}) & options.keys())
@@ -438,36 +443,79 @@ def prepare_many(
     if ITEM_ONLY & defaults.keys():
         raise InvalidScheduleError("schedule_many() takes id= per item only")
     _one_shot(defaults)
+    if upstream is not None and defaults.get("after") is not None:
+        defaults["after"] = upstream(defaults["after"])
+
+    def build(func: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Task:
+        merged = {**defaults, **options}
+        if upstream is not None and "after" in options and merged["after"] is not None:
+            merged["after"] = upstream(merged["after"])
+        delay = merged.pop("delay", None)
+        due = due_time(now, delay, merged.pop("at", None), merged.get("after") is not None)
+        return build_task(
+            func,
+            args,
+            due=due,
+            now=now,
+            durable=durable,
+            new_id=new_id,
+            allowlist=allowlist,
+            **merged,
+        )
+
+    # Items with no options of their own (the common case: one function, many argument lists)
+    # share everything but the id and the arguments with the first such item of their function:
+    # its reference, allowlist check and options are worked out once.
+    templates: dict[Any, Task] = {}
+    make_id = _uuid_hex if durable else new_id
     tasks: list[Task] = []
     first: dict[str, int] = {}
     for index, spec in enumerate(specs):
         try:
             func, args, options = _item(spec)
-            if BATCH_ONLY & options.keys():
-                raise InvalidScheduleError(
-                    "on_conflict= applies to the whole batch: schedule_many(..., on_conflict=...)"
-                )
-            _one_shot(options)
-            unknown = options.keys() - SCHEDULE_OPTIONS - {"delay"}
-            if unknown:
-                raise TypeError(unknown_options(unknown).replace("schedule()", "schedule_many()"))
-            merged = {**defaults, **options}
             if isinstance(func, TaskFunction):
                 func = func.func
-            if upstream is not None and merged.get("after") is not None:
-                merged["after"] = upstream(merged["after"])
-            delay = merged.pop("delay", None)
-            due = due_time(now, delay, merged.pop("at", None), merged.get("after") is not None)
-            task = build_task(
-                func,
-                args,
-                due=due,
-                now=now,
-                durable=durable,
-                new_id=new_id,
-                allowlist=allowlist,
-                **merged,
+            kwargs = options.get("kwargs") if len(options) == 1 else None
+            template = (
+                templates.get(func)
+                if (not options or kwargs is not None) and isinstance(func, Hashable)
+                else None
             )
+            if template is not None:
+                if kwargs is not None and not isinstance(kwargs, Mapping):
+                    raise TypeError(f"kwargs must be a mapping (got {type(kwargs).__name__})")
+                if durable:
+                    check_json(args, kwargs or {})
+                task = Task(
+                    id=make_id(),
+                    func=template.func,
+                    args=args,
+                    kwargs=EMPTY_KWARGS if not kwargs else dict(kwargs),
+                    due=template.due,
+                    retry=template.retry,
+                    priority=template.priority,
+                    queue=template.queue,
+                    timeout=template.timeout,
+                    created=now,
+                    updated=now,
+                    after=template.after,
+                    when=template.when,
+                )
+            else:
+                if BATCH_ONLY & options.keys():
+                    raise InvalidScheduleError(
+                        "on_conflict= applies to the whole batch: "
+                        "schedule_many(..., on_conflict=...)"
+                    )
+                _one_shot(options)
+                unknown = options.keys() - SCHEDULE_OPTIONS - {"delay"}
+                if unknown:
+                    raise TypeError(
+                        unknown_options(unknown).replace("schedule()", "schedule_many()")
+                    )
+                task = build(func, args, options)
+                if (not options or kwargs is not None) and isinstance(func, Hashable):
+                    templates[func] = task
         except Exception as e:
             again = _at_item(e, index)
             if again is e:
