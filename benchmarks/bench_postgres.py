@@ -362,7 +362,7 @@ class PgQueuer:
 
 
 # -- procrastinate -----------------------------------------------------------------------------------
-def _procrastinate_app(dsn: str) -> Any:
+def procrastinate_app(dsn: str) -> Any:
     import procrastinate
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
@@ -384,7 +384,7 @@ class Procrastinate:
     def __init__(self, dsn: str, args: argparse.Namespace) -> None:
         self.dsn = dsn
         self.args = args
-        self.app = _procrastinate_app(dsn)
+        self.app = jobs().procrastinate_app(dsn)
         self.loop = asyncio.new_event_loop()
         self.loop.run_until_complete(self._open())
 
@@ -429,7 +429,7 @@ class Procrastinate:
     @staticmethod
     def worker(dsn: str, args: argparse.Namespace, go: Any, stop: Any, out: Any) -> None:
         async def run() -> None:
-            app = _procrastinate_app(dsn)
+            app = jobs().procrastinate_app(dsn)
             async with app.open_async():
                 await asyncio.get_running_loop().run_in_executor(None, go.wait)
                 work = asyncio.ensure_future(
