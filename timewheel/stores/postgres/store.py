@@ -388,6 +388,10 @@ class PostgresStore(Store):
         if not tasks:
             return []
         ids = [t.id for t in tasks]
+        # encoded before the transaction (the common case: every task new, none with
+        # dependencies); a batch that meets existing ids encodes what it inserts again
+        fresh = [policy.as_inserted(t) for t in tasks if not t.after]
+        encoded = TASKS.encode_many(fresh)
 
         def work(conn: Conn) -> list[Changed]:
             existing = {
@@ -400,9 +404,10 @@ class PostgresStore(Store):
             if plan.bulk:
                 self._quiet(conn)  # one notification for the batch, not one per row
                 # COPY: one statement streams every row (the fastest bulk insert PostgreSQL has)
+                rows = encoded if len(plan.bulk) == len(fresh) else TASKS.encode_many(plan.bulk)
                 with conn.cursor() as cur, cur.copy(_COPY) as copy:
-                    for t in plan.bulk:
-                        copy.write_row(TASKS.encode(t))
+                    for row in rows:
+                        copy.write_row(row)
             changed = {t.id: self._insert_in(conn, t, on_conflict) for t in plan.one_by_one}
             if plan.bulk:
                 dues = [t.due for t in plan.bulk] + [c.task.due for c in changed.values()]

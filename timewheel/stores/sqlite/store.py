@@ -284,7 +284,7 @@ class SQLiteStore(Store):
         if plain:
             # the fast case: new ids without dependencies; the unique key refuses an existing one
             plan = policy.plan_batch(tasks, on_conflict, {})
-            rows = [TASKS.encode(t) for t in plan.bulk]
+            rows = TASKS.encode_many(plan.bulk)
             with self._tx("inserting tasks") as conn:
                 try:
                     conn.executemany(_INS, rows)
@@ -296,7 +296,7 @@ class SQLiteStore(Store):
         with self._tx("inserting tasks") as conn:
             existing = self._states(conn, [t.id for t in tasks])
             plan = policy.plan_batch(tasks, on_conflict, existing)
-            conn.executemany(_INS, [TASKS.encode(t) for t in plan.bulk])
+            conn.executemany(_INS, TASKS.encode_many(plan.bulk))
             changed = {t.id: self._insert_in(conn, t, on_conflict) for t in plan.one_by_one}
         return policy.batch_changes(tasks, plan, changed)
 
