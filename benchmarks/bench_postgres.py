@@ -353,7 +353,11 @@ class PgQueuer:
             await asyncio.get_running_loop().run_in_executor(None, go.wait)
             watcher = asyncio.ensure_future(watch())
             mode = QueueExecutionMode.drain if args.e2e_mode else QueueExecutionMode.continuous
-            await qm.run(batch_size=args.pgq_batch, mode=mode, dequeue_timeout=timedelta(seconds=1))
+            await qm.run(
+                batch_size=args.pgq_batch,
+                mode=mode,
+                dequeue_timeout=timedelta(seconds=args.pgq_timeout),
+            )
             watcher.cancel()
             await conn.close()
 
@@ -563,6 +567,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--startup", type=float, default=3.0, help="seconds for workers to start")
     ap.add_argument("--floor-batch", type=int, default=50)
     ap.add_argument("--pgq-batch", type=int, default=100)
+    ap.add_argument(
+        "--pgq-timeout", type=float, default=0.1, help="pgqueuer's poll for deferred jobs (s)"
+    )
     ap.add_argument("--proc-concurrency", type=int, default=10)
     ap.add_argument("--tw-threads", type=int, default=8)
     ap.add_argument("--tw-claim", type=int, default=50)
