@@ -234,3 +234,13 @@ def test_async_twin() -> None:
                 await sched.schedule_many([(record, 1)], delay=1)
 
     asyncio.run(main())
+
+
+def test_a_running_scheduler_runs_a_due_batch(make_store: Callable[[], Store]) -> None:
+    """With the real-time loop running, tasks due at once are promoted together and run."""
+    with tw.Scheduler(store=make_store(), allow=["tests.test_schedule_many"]) as sched:
+        jobs = sched.schedule_many([(record, (i,)) for i in range(40)], delay=0)
+        later = sched.schedule_many([(record, (i,)) for i in range(40, 45)], delay=0.05)
+        for job in jobs + later:
+            job.result(timeout=30)
+    assert sorted(int(str(r[0])) for r in RAN) == list(range(45))

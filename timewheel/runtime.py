@@ -250,16 +250,14 @@ class Runtime:
             self.trigger.unindex(ids)
             for task_id in ids:
                 self.ready_queue.discard(task_id)
-        events, index = self.events, self.trigger.index
-        if not events.listening("submitted"):
-            events.counts["submitted"] += len(changes)
-            emit = None
+        events = self.events
+        if events.listening("submitted"):
+            for change in changes:
+                events.emit("submitted", change.task)
         else:
-            emit = events.emit
+            events.counts["submitted"] += len(changes)
+        self.trigger.index_many([c.task for c in changes])
         for stored, dependents in changes:
-            if emit is not None:
-                emit("submitted", stored)
-            index(stored)
             if dependents:
                 self.settle(dependents)
             if stored.state in TERMINAL_STATES:
