@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.stores.base import Changed, Finish, OnConflict, Store
 from timewheel.stores.compact import CompactRecords
 from timewheel.task import (
     DEFAULT_QUEUE,
@@ -430,6 +430,19 @@ class MemoryStore(Store):
                 self._put(t, new)
                 deps = self._settle(new, now) if state in TERMINAL_STATES else ()
             return Changed(new, deps)
+
+    def finish_many(self, finishes: Sequence[Finish], *, now: float) -> list[Changed | None]:
+        """``finish`` each of *finishes*, in order."""
+        for f in finishes:
+            check_transition(f.task_id, _RUN, TaskState(f.state))  # refuse before storing any
+            if "lease_owner" in f.changes or "lease_expires" in f.changes:
+                raise TypeError(
+                    "finish clears the lease itself: do not pass lease_owner/lease_expires"
+                )
+        return [
+            self.finish(f.task_id, owner=f.owner, state=f.state, now=now, **f.changes)
+            for f in finishes
+        ]
 
     def due_before(self, until: float, *, limit: int) -> list[tuple[str, float, str | None]]:
         with self._lock:

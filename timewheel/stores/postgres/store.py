@@ -28,7 +28,7 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, OnConflict, Store, WorkListener
+from timewheel.stores.base import Changed, Finish, OnConflict, Store, WorkListener
 from timewheel.stores.postgres import schema
 from timewheel.stores.postgres.clocks import CLOCK_WARNING, ServerClocks, measure
 from timewheel.stores.postgres.connections import Conn, Connections
@@ -581,28 +581,44 @@ class PostgresStore(Store):
     def finish(
         self, task_id: str, *, owner: str, state: TaskState, now: float, **changes: Any
     ) -> Changed | None:
-        state = TaskState(state)
-        if "lease_owner" in changes or "lease_expires" in changes:
-            raise TypeError("finish clears the lease itself: do not pass lease_owner/lease_expires")
-        cols, vals, stored = TASKS.encode_changes(changes)
+        return self.finish_many([Finish(task_id, owner, state, changes)], now=now)[0]
+
+    def finish_many(self, finishes: Sequence[Finish], *, now: float) -> list[Changed | None]:
+        """``finish`` each of *finishes* in one transaction (one commit for all of them)."""
+        prepared = []
+        for f in finishes:
+            if "lease_owner" in f.changes or "lease_expires" in f.changes:
+                raise TypeError(
+                    "finish clears the lease itself: do not pass lease_owner/lease_expires"
+                )
+            prepared.append((f, TaskState(f.state), *TASKS.encode_changes(f.changes)))
         now_us = to_us(now)
 
-        def work(conn: Conn) -> Changed | None:
-            row = conn.execute((_SEL_ID + " FOR UPDATE").encode(), (task_id,)).fetchone()
-            if row is None or row[_STATE] != _RUN.value or row[_LEASE_OWNER] != owner:
-                return None
-            check_transition(task_id, _RUN, state)
-            sets = "state = %s, version = version + 1, updated = %s, lease_owner = NULL, "
-            sets += "lease_expires = NULL" + "".join(f", {c} = %s" for c in cols)
-            self._cas(conn, task_id, row[_VERSION], sets, (state.value, now_us, *vals))
-            if state is TaskState.READY:
+        def work(conn: Conn) -> list[Changed | None]:
+            out: list[Changed | None] = []
+            released = False
+            for f, state, cols, vals, stored in prepared:
+                row = conn.execute((_SEL_ID + " FOR UPDATE").encode(), (f.task_id,)).fetchone()
+                if row is None or row[_STATE] != _RUN.value or row[_LEASE_OWNER] != f.owner:
+                    out.append(None)
+                    continue
+                check_transition(f.task_id, _RUN, state)
+                sets = "state = %s, version = version + 1, updated = %s, lease_owner = NULL, "
+                sets += "lease_expires = NULL" + "".join(f", {c} = %s" for c in cols)
+                self._cas(conn, f.task_id, row[_VERSION], sets, (state.value, now_us, *vals))
+                released = released or state is TaskState.READY
+                deps = (
+                    self._settle(conn, f.task_id, state, now_us) if state in TERMINAL_STATES else ()
+                )
+                new = dict(stored, state=state, version=row[_VERSION] + 1, updated=from_us(now_us))
+                new.update(lease_owner=None, lease_expires=None)
+                out.append(Changed(TASKS.decode(row, new), deps))
+            if released:
                 self._announce_ready(conn)  # released: another host's workers may take it
-            deps = self._settle(conn, task_id, state, now_us) if state in TERMINAL_STATES else ()
-            new = dict(stored, state=state, version=row[_VERSION] + 1, updated=from_us(now_us))
-            new.update(lease_owner=None, lease_expires=None)
-            return Changed(TASKS.decode(row, new), deps)
+            return out
 
-        result: Changed | None = self._write("finishing a task", work)
+        doing = "finishing a task" if len(prepared) == 1 else "finishing tasks"
+        result: list[Changed | None] = self._write(doing, work)
         return result
 
     def due_before(self, until: float, *, limit: int) -> list[tuple[str, float, str | None]]:

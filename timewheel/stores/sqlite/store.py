@@ -26,7 +26,7 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.stores.base import Changed, Finish, OnConflict, Store
 from timewheel.stores.sqlite import schema
 from timewheel.stores.sqlite.codec import SCHEDULES, TASKS, Row, from_us, to_us, upstream_entry
 from timewheel.stores.sqlite.connections import Connections, Durability, is_corrupt, translate
@@ -482,24 +482,43 @@ class SQLiteStore(Store):
     def finish(
         self, task_id: str, *, owner: str, state: TaskState, now: float, **changes: Any
     ) -> Changed | None:
-        state = TaskState(state)
-        if "lease_owner" in changes or "lease_expires" in changes:
-            raise TypeError("finish clears the lease itself: do not pass lease_owner/lease_expires")
-        cols, vals, stored = TASKS.encode_changes(changes)
+        return self.finish_many([Finish(task_id, owner, state, changes)], now=now)[0]
+
+    def finish_many(self, finishes: Sequence[Finish], *, now: float) -> list[Changed | None]:
+        """``finish`` each of *finishes* in one transaction (one commit for all of them)."""
+        prepared = []
+        for f in finishes:
+            if "lease_owner" in f.changes or "lease_expires" in f.changes:
+                raise TypeError(
+                    "finish clears the lease itself: do not pass lease_owner/lease_expires"
+                )
+            prepared.append((f, TaskState(f.state), *TASKS.encode_changes(f.changes)))
         now_us = to_us(now)
-        with self._tx("finishing a task") as conn:
-            row = conn.execute(_SEL_WITH_DEPS, (task_id,)).fetchone()
-            if row is None or row[_STATE] != _RUN.value or row[_LEASE_OWNER] != owner:
-                return None
-            check_transition(task_id, _RUN, state)
-            sets = "state = ?, version = version + 1, updated = ?, lease_owner = NULL, "
-            sets += "lease_expires = NULL" + "".join(f", {c} = ?" for c in cols)
-            self._cas(conn, task_id, row[_VERSION], sets, (state.value, now_us, *vals))
-            has_deps = row[-1] and state in TERMINAL_STATES
-            deps = self._settle(conn, task_id, state, now_us) if has_deps else ()
-        stored.update(state=state, version=row[_VERSION] + 1, updated=from_us(now_us))
-        stored.update(lease_owner=None, lease_expires=None)
-        return Changed(TASKS.decode(row, stored), deps)
+        ended: list[tuple[Row, tuple[Task, ...]] | None] = []
+        with self._tx("finishing a task" if len(prepared) == 1 else "finishing tasks") as conn:
+            for f, state, cols, vals, _ in prepared:
+                row = conn.execute(_SEL_WITH_DEPS, (f.task_id,)).fetchone()
+                if row is None or row[_STATE] != _RUN.value or row[_LEASE_OWNER] != f.owner:
+                    ended.append(None)
+                    continue
+                check_transition(f.task_id, _RUN, state)
+                sets = "state = ?, version = version + 1, updated = ?, lease_owner = NULL, "
+                sets += "lease_expires = NULL" + "".join(f", {c} = ?" for c in cols)
+                self._cas(conn, f.task_id, row[_VERSION], sets, (state.value, now_us, *vals))
+                has_deps = row[-1] and state in TERMINAL_STATES
+                deps = self._settle(conn, f.task_id, state, now_us) if has_deps else ()
+                ended.append((row, deps))
+        # decoding happens after COMMIT: the write lock is held only for the SQL
+        out: list[Changed | None] = []
+        for (_, state, _, _, stored), done in zip(prepared, ended, strict=True):
+            if done is None:
+                out.append(None)
+                continue
+            row, deps = done
+            stored.update(state=state, version=row[_VERSION] + 1, updated=from_us(now_us))
+            stored.update(lease_owner=None, lease_expires=None)
+            out.append(Changed(TASKS.decode(row, stored), deps))
+        return out
 
     def due_before(self, until: float, *, limit: int) -> list[tuple[str, float, str | None]]:
         rows = self._read(
