@@ -37,7 +37,6 @@ from timewheel.options import (
     Series,
     TaskOptions,
     prepare,
-    prepare_many,
     unknown_options,
 )
 from timewheel.ready import ReadyQueue
@@ -399,21 +398,14 @@ class AsyncScheduler:
             raise SchedulerStateError(
                 "cannot schedule on a scheduler that was shut down; create a new AsyncScheduler"
             )
-        defaults: dict[str, Any] = dict(options)
-        if delay is not None:
-            defaults["delay"] = delay
-        tasks, on_conflict = prepare_many(
+        ids = await self._do(
+            self._runtime.schedule_many,
             items,
-            defaults,
-            now=self._clock.time(),
-            durable=self._store.durable,
+            dict(options, delay=delay),
             new_id=self._new_id,
-            allowlist=self._runtime.allowlist,
             upstream=_upstream_ids,
         )
-        if tasks:
-            await self._do(self._runtime.submit_many, tasks, on_conflict)
-        return [AsyncJob(self, t.id) for t in tasks]
+        return [AsyncJob(self, i) for i in ids]
 
     def _prepare(
         self,
