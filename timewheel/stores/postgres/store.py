@@ -394,10 +394,15 @@ class PostgresStore(Store):
         encoded = TASKS.encode_many(fresh)
 
         def work(conn: Conn) -> list[Changed]:
+            # a join on the ids, not "id = ANY(...)": a large array against a table the planner
+            # believes small (fresh statistics lag behind a bulk load) becomes a sequential scan
+            # comparing every row with every id
             existing = {
                 r[0]: _STATES[r[1]]
                 for r in conn.execute(
-                    "SELECT id, state FROM tasks WHERE id = ANY(%s) FOR UPDATE", (ids,)
+                    "SELECT t.id, t.state FROM unnest(%s::text[]) AS b(id) "
+                    "JOIN tasks t ON t.id = b.id FOR UPDATE OF t",
+                    (ids,),
                 )
             }
             plan = policy.plan_batch(tasks, on_conflict, existing)
