@@ -61,6 +61,7 @@ EXPECTED = {
     "__version__",
     "default_scheduler",
     "schedule",
+    "schedule_many",
     "worker_factory",
 }
 

@@ -6,7 +6,7 @@ from timewheel import testing as testing  # tw.testing.FakeClock without another
 from timewheel.aio import AsyncJob, AsyncScheduler
 from timewheel.clock import Clock, SystemClock
 from timewheel.context import current_task
-from timewheel.default import chain, cron, default_scheduler, every, schedule
+from timewheel.default import chain, cron, default_scheduler, every, schedule, schedule_many
 from timewheel.delayqueue import (
     DelayQueue,
     DelayQueueStatistics,
@@ -107,6 +107,7 @@ __all__ = [
     "default_scheduler",
     "every",
     "schedule",
+    "schedule_many",
     "step",
     "worker_factory",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import atexit
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -18,7 +18,7 @@ from timewheel import forking
 from timewheel.jobs import Job, Step
 from timewheel.scheduler import Scheduler
 
-__all__ = ["chain", "cron", "default_scheduler", "every", "schedule"]
+__all__ = ["chain", "cron", "default_scheduler", "every", "schedule", "schedule_many"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,6 +52,13 @@ def schedule(func: Callable[..., Any] | str, /, *args: Any, **options: Any) -> A
     """Schedule on the default scheduler; see :meth:`Scheduler.schedule` (a ``Job``, or a
     ``Schedule`` for ``cron=``/``every=``)."""
     return default_scheduler().schedule(func, *args, **options)
+
+
+def schedule_many(
+    items: Iterable[Step | Callable[..., Any] | str | tuple[Any, ...]], /, **options: Any
+) -> list[Job]:
+    """:meth:`Scheduler.schedule_many` on the default scheduler."""
+    return default_scheduler().schedule_many(items, **options)
 
 
 def chain(*steps: Step | Callable[..., Any], when: str = "all_success") -> list[Job]:

@@ -14,7 +14,9 @@ taken over is ignored.
 
 - :class:`InlineDispatcher` runs tasks in the thread that advances a ``FakeClock`` (or calls
   ``Scheduler.run_pending()``): deterministic, for tests.
-- :class:`ThreadPoolDispatcher` (the default) runs N worker threads and one heartbeat thread.
+- :class:`ThreadPoolDispatcher` (the default) runs N worker threads and one heartbeat thread;
+  on a durable store, a :class:`GroupFinisher` thread stores the successes of runs that complete
+  together in one transaction.
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ from timewheel.jobs import TRACEBACK_KEY
 from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
 from timewheel.refs import ReferenceNotAllowedError
-from timewheel.stores.base import Changed, Store
+from timewheel.stores.base import Changed, Finish, Store, SupportsFinishMany
 from timewheel.task import Task, TaskState
 
 __all__ = [
     "Dispatcher",
     "Engine",
+    "GroupFinisher",
     "InlineDispatcher",
     "NullDispatcher",
     "Rebuildable",
@@ -274,17 +277,102 @@ def complete(
                     extra=task_extra(task),
                 )
     if changed is None:
-        log.warning(
-            "%s: outcome discarded, the lease of %s was lost (it may run again)",
-            task_label(task),
-            owner,
-            extra=task_extra(task),
-        )
+        _discarded(task, owner)
         return None
     engine.finished(changed, exc, event)
     if keep is not None:
         release_frames(keep)  # after the listeners, which may still want the frames
     return changed
+
+
+def _discarded(task: Task, owner: str) -> None:
+    log.warning(
+        "%s: outcome discarded, the lease of %s was lost (it may run again)",
+        task_label(task),
+        owner,
+        extra=task_extra(task),
+    )
+
+
+class GroupFinisher:
+    """Stores the successes of runs in groups (a group commit), on a thread of its own.
+
+    A worker thread hands a run that succeeded to :meth:`submit` and goes on to its next task.
+    The finisher stores every success waiting at that moment in one ``finish_many`` step (one
+    transaction, one commit), then reports each (``Engine.finished``: events, waiting handles,
+    dependents). A run that succeeds alone is stored at once, as ``finish`` would; runs that
+    succeed while a group is being stored go together in the next one, so no run waits for
+    others to complete. Failures, retries and timeouts are stored by the worker (:func:`complete`).
+
+    Args:
+        engine: the scheduler's engine (its store must support ``finish_many``).
+        limit: the most outcomes stored in one step.
+    """
+
+    def __init__(self, engine: Engine, *, limit: int = 500) -> None:
+        store = engine.store
+        if not isinstance(store, SupportsFinishMany):
+            raise TypeError(f"{store!r} does not store outcomes in groups (finish_many)")
+        self._engine = engine
+        self._finish_many = store.finish_many
+        self._limit = limit
+        self._items: list[tuple[Task, str, Any]] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="timewheel-finisher", daemon=True)
+        self._thread.start()
+
+    def submit(self, task: Task, owner: str, result: Any) -> None:
+        """Store that *owner*'s run of *task* SUCCEEDED with *result* (soon, with others)."""
+        with self._cond:
+            if not self._closed:
+                self._items.append((task, owner, result))
+                self._cond.notify()
+                return
+        complete(self._engine, task, owner, result=result)  # closed: on the caller's thread
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._items and not self._closed:
+                    self._cond.wait()
+                if not self._items:
+                    return
+                group = self._items[: self._limit]
+                del self._items[: self._limit]
+            self._store(group)
+
+    def _store(self, group: list[tuple[Task, str, Any]]) -> None:
+        engine = self._engine
+        finishes = [Finish(t.id, o, TaskState.SUCCEEDED, {"result": r}) for t, o, r in group]
+        try:
+            changes = self._finish_many(finishes, now=engine.clock.time())
+        except Exception:
+            log.exception(
+                "storing %d outcomes together failed; storing them one by one", len(group)
+            )
+            for task, owner, result in group:
+                try:
+                    complete(engine, task, owner, result=result)
+                except Exception:
+                    log.exception("task %r: error while completing the run", task.id)
+            return
+        for (task, owner, _), changed in zip(group, changes, strict=True):
+            if changed is None:
+                _discarded(task, owner)
+                continue
+            try:
+                engine.finished(changed, None, "succeeded")
+            except Exception:
+                log.exception("task %r: error while reporting the run", task.id)
+
+    def close(self) -> None:
+        """Store what waits, then stop the thread (later submissions are stored directly)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 def run_task(
@@ -342,10 +430,12 @@ def run_claimed(
     owner: str,
     func: Callable[..., Any],
     running: _Running | None = None,
+    finisher: GroupFinisher | None = None,
     *,
     begun: bool = False,
 ) -> None:
-    """Run a task *owner* has claimed and store the outcome (retries applied).
+    """Run a task *owner* has claimed and store the outcome (retries applied); a success goes
+    through *finisher* when one is given.
 
     With *begun*, *running* already holds the task as started (a batch claim's task, begun by
     its worker); otherwise it is added there now.
@@ -368,7 +458,10 @@ def run_claimed(
                 extra=task_extra(claimed),
             )
             return
-        complete(engine, claimed, owner, **result)
+        if finisher is not None and result.keys() == {"result"}:
+            finisher.submit(claimed, owner, result["result"])
+        else:
+            complete(engine, claimed, owner, **result)
 
     try:
         engine.started(claimed)
@@ -578,12 +671,15 @@ class ThreadPoolDispatcher:
         self._prefix = _owner_prefix()
         self._seq = 0
         self._last_probe = -math.inf
+        self._finisher: GroupFinisher | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, engine: Engine) -> None:
         if self._engine is not None:
             raise RuntimeError("ThreadPoolDispatcher.start() called twice")
         self._engine = engine
+        if engine.store.durable and isinstance(engine.store, SupportsFinishMany):
+            self._finisher = GroupFinisher(engine)
         for _ in range(self.workers):
             self._spawn()
         hb = threading.Thread(target=self._heartbeat_loop, name="timewheel-heartbeat", daemon=True)
@@ -674,7 +770,7 @@ class ThreadPoolDispatcher:
                 report_unresolved(task, e)
                 self._release(engine, task, owner, "its function does not import here")
                 continue
-            run_claimed(engine, task, owner, func, self._running, begun=True)
+            run_claimed(engine, task, owner, func, self._running, self._finisher, begun=True)
             with self._lock:
                 if owner in self._abandoned:
                     return  # timed out: its waiting tasks are back in READY already
@@ -781,6 +877,8 @@ class ThreadPoolDispatcher:
                 if t is threading.current_thread():
                     continue
                 t.join(None if end is None else max(0.0, end - time.monotonic()))
+        if self._finisher is not None:
+            self._finisher.close()  # the successes already in hand are stored first
         now = engine.clock.time()
         for task, owner, _ in self._running.snapshot():
             try:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import difflib
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from timewheel.errors import InvalidScheduleError
-from timewheel.jobs import Job
+from timewheel.errors import DuplicateKeyError, InvalidScheduleError
+from timewheel.jobs import Job, Step, TaskFunction
 from timewheel.refs import Allowlist, check_json, func_ref
 from timewheel.rules import Misfire, Overlap
 from timewheel.stores.base import OnConflict
@@ -40,6 +40,7 @@ __all__ = [
     "due_time",
     "fast_at",
     "prepare",
+    "prepare_many",
     "unknown_options",
 ]
 
@@ -349,3 +350,183 @@ def prepare(
         **options,
     )
     return OneShot(task, on_conflict)
+
+
+# -- schedule_many(): many one-shot tasks, checked before any is stored ------------------------------
+
+#: what ``schedule_many`` takes for the whole batch only
+BATCH_ONLY = frozenset({"on_conflict"})
+#: options that make no sense shared by every task of a batch
+ITEM_ONLY = frozenset({"id"})
+
+
+def _item(spec: object) -> tuple[Callable[..., Any] | str, tuple[Any, ...], dict[str, Any]]:
+    """``(func, args, options)`` of one ``schedule_many`` item (see its docstring for shapes)."""
+    if isinstance(spec, Step):
+        return spec.func, tuple(spec.args), dict(spec.options)
+    if callable(spec) or isinstance(spec, str):
+        return spec, (), {}
+    if not isinstance(spec, tuple) or not 1 <= len(spec) <= 4:
+        raise TypeError(
+            "an item is a step(func, *args, **options), a callable, or a tuple (func,), "
+            f"(func, args), (func, args, kwargs) or (func, args, kwargs, options) (got {spec!r})"
+        )
+    func, args, kwargs, options = (*spec, None, None, None)[:4]
+    if not isinstance(args, (tuple, list)):
+        if args is not None:
+            raise TypeError(f"an item's args must be a tuple or list (got {args!r})")
+        args = ()
+    if options is None:
+        options = {}
+    elif not isinstance(options, Mapping):
+        raise TypeError(f"an item's options must be a mapping (got {options!r})")
+    opts = dict(options)
+    if kwargs is not None:
+        if "kwargs" in opts:
+            raise InvalidScheduleError("an item gives kwargs twice (in its tuple and its options)")
+        opts["kwargs"] = kwargs
+    return func, tuple(args), opts
+
+
+def _uuid_hex() -> str:
+    """A new random id, unique across processes (what durable stores' tasks get)."""
+    return uuid.uuid4().hex
+
+
+def _one_shot(options: Mapping[str, Any]) -> None:
+    """Refuse the options of recurring schedules in a ``schedule_many`` call."""
+    recurring = sorted((RECURRING_ONLY | {"cron", "every"}) & options.keys())
+    if recurring:
+        raise InvalidScheduleError(
+            f"schedule_many() schedules one-shot tasks; {recurring[0]}= is for schedule()"
+        )
+
+
+def _at_item(e: Exception, index: int) -> Exception:
+    """*e* of the same type with the message prefixed by the item's index (or *e* itself, noted,
+    when its type cannot be built from a message)."""
+    message = f"schedule_many item {index}: {e}"
+    try:
+        again = type(e)(message)
+    except Exception:  # an exception type that takes other arguments
+        note = getattr(e, "add_note", None)  # Python 3.11+
+        if note is not None:
+            note(message)
+        return e
+    return again
+
+
+def prepare_many(
+    specs: Iterable[object],
+    defaults: dict[str, Any],
+    *,
+    now: float,
+    durable: bool,
+    new_id: Callable[[], str],
+    allowlist: Allowlist | None = None,
+    upstream: Callable[[object], object] | None = None,
+) -> tuple[list[Task], OnConflict]:
+    """Check every item of ``schedule_many(specs, **defaults)`` and build its tasks, in order.
+    No store is touched; an error names the item's index.
+
+    A ``@sched.task`` function is scheduled as its plain function (as ``schedule()`` does);
+    *upstream* turns a front end's own ``after=`` handles into ids.
+
+    Raises:
+        InvalidScheduleError, TypeError, SerializationError: naming the bad item and option.
+        DuplicateKeyError: two items carry the same ``id``.
+    """
+    unknown = defaults.keys() - SCHEDULE_OPTIONS - {"delay"}
+    if unknown:
+        raise TypeError(unknown_options(unknown).replace("schedule()", "schedule_many()"))
+    on_conflict = conflict_policy(defaults.pop("on_conflict", None), "error")
+    if ITEM_ONLY & defaults.keys():
+        raise InvalidScheduleError("schedule_many() takes id= per item only")
+    _one_shot(defaults)
+    if upstream is not None and defaults.get("after") is not None:
+        defaults["after"] = upstream(defaults["after"])
+
+    def build(func: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Task:
+        merged = {**defaults, **options}
+        if upstream is not None and "after" in options and merged["after"] is not None:
+            merged["after"] = upstream(merged["after"])
+        delay = merged.pop("delay", None)
+        due = due_time(now, delay, merged.pop("at", None), merged.get("after") is not None)
+        return build_task(
+            func,
+            args,
+            due=due,
+            now=now,
+            durable=durable,
+            new_id=new_id,
+            allowlist=allowlist,
+            **merged,
+        )
+
+    # Items with no options of their own (the common case: one function, many argument lists)
+    # share everything but the id and the arguments with the first such item of their function:
+    # its reference, allowlist check and options are worked out once.
+    templates: dict[Any, Task] = {}
+    make_id = _uuid_hex if durable else new_id
+    tasks: list[Task] = []
+    first: dict[str, int] = {}
+    for index, spec in enumerate(specs):
+        try:
+            func, args, options = _item(spec)
+            if isinstance(func, TaskFunction):
+                func = func.func
+            kwargs = options.get("kwargs") if len(options) == 1 else None
+            template = (
+                templates.get(func)
+                if (not options or kwargs is not None) and isinstance(func, Hashable)
+                else None
+            )
+            if template is not None:
+                if kwargs is not None and not isinstance(kwargs, Mapping):
+                    raise TypeError(f"kwargs must be a mapping (got {type(kwargs).__name__})")
+                if durable:
+                    check_json(args, kwargs or {})
+                task = Task(
+                    id=make_id(),
+                    func=template.func,
+                    args=args,
+                    kwargs=EMPTY_KWARGS if not kwargs else dict(kwargs),
+                    due=template.due,
+                    retry=template.retry,
+                    priority=template.priority,
+                    queue=template.queue,
+                    timeout=template.timeout,
+                    created=now,
+                    updated=now,
+                    after=template.after,
+                    when=template.when,
+                )
+            else:
+                if BATCH_ONLY & options.keys():
+                    raise InvalidScheduleError(
+                        "on_conflict= applies to the whole batch: "
+                        "schedule_many(..., on_conflict=...)"
+                    )
+                _one_shot(options)
+                unknown = options.keys() - SCHEDULE_OPTIONS - {"delay"}
+                if unknown:
+                    raise TypeError(
+                        unknown_options(unknown).replace("schedule()", "schedule_many()")
+                    )
+                task = build(func, args, options)
+                if (not options or kwargs is not None) and isinstance(func, Hashable):
+                    templates[func] = task
+        except Exception as e:
+            again = _at_item(e, index)
+            if again is e:
+                raise
+            raise again from e
+        if "id" in options:
+            at = first.setdefault(task.id, index)
+            if at != index:
+                raise DuplicateKeyError(
+                    f"schedule_many items {at} and {index} have the same id {task.id!r}; ids "
+                    "must be unique within a batch"
+                )
+        tasks.append(task)
+    return tasks, on_conflict

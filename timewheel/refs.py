@@ -76,7 +76,7 @@ _names: dict[int, str] = {}  # id(func) -> name, for func_ref of a registered fu
 _lock = threading.Lock()
 _generation = 0
 _permitted: tuple[str, ...] = ()  # modules some allowlist of this process allows (import_path)
-_JSON_SCALARS = (type(None), bool, int, str)
+_JSON_SCALARS = frozenset({type(None), bool, int, str})
 
 
 class UnresolvableRefError(SerializationError):
@@ -655,14 +655,17 @@ def check_json(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     """
     if not isinstance(args, (tuple, list)):
         raise SerializationError(f"args must be a tuple or list (got {type(args).__name__})")
+    scalars = _JSON_SCALARS
     for i, v in enumerate(args):
-        _check_value(v, f"args[{i}]", set())
+        if type(v) not in scalars:  # the common case costs no message and no set
+            _check_value(v, f"args[{i}]", set())
     if not isinstance(kwargs, Mapping):
         raise SerializationError(f"kwargs must be a mapping (got {type(kwargs).__name__})")
     for k, v in kwargs.items():
         if type(k) is not str:
             raise SerializationError(f"kwargs key {k!r} is a {type(k).__name__}, not a str")
-        _check_value(v, f"kwargs[{k!r}]", set())
+        if type(v) not in scalars:
+            _check_value(v, f"kwargs[{k!r}]", set())
 
 
 def check_json_value(value: Any, where: str) -> None:

@@ -25,7 +25,7 @@ from timewheel.errors import JobTimeoutError, SchedulerStateError, VersionConfli
 from timewheel.events import TERMINAL_EVENT, EventHub
 from timewheel.herds import HerdReport
 from timewheel.jobs import Job
-from timewheel.options import BIG_DELAY, PLAIN_NUMBERS, fast_at
+from timewheel.options import BIG_DELAY, PLAIN_NUMBERS, fast_at, prepare_many
 from timewheel.ready import ReadyQueue
 from timewheel.recurring import Recurring
 from timewheel.refs import Allowlist, permit_imports
@@ -240,6 +240,51 @@ class Runtime:
         if stored.state in TERMINAL_STATES:
             self.notify_terminal(stored, None)
         return stored.id
+
+    def schedule_many(
+        self,
+        items: Iterable[object],
+        defaults: dict[str, Any],
+        *,
+        new_id: Callable[[], str],
+        upstream: Callable[[object], object] | None = None,
+    ) -> list[str]:
+        """``schedule_many(items, **defaults)`` of the facades: check and build every task
+        (:func:`~timewheel.options.prepare_many`), then :meth:`submit_many`; the ids, in order."""
+        tasks, on_conflict = prepare_many(
+            items,
+            defaults,
+            now=self.clock.time(),
+            durable=self.store.durable,
+            new_id=new_id,
+            allowlist=self.allowlist,
+            upstream=upstream,
+        )
+        if tasks:
+            self.submit_many(tasks, on_conflict)
+        return [t.id for t in tasks]
+
+    def submit_many(self, tasks: Sequence[Task], on_conflict: OnConflict) -> None:
+        """Insert a batch of new tasks in one store step, index them, and report them (a task
+        kept under ``on_conflict="keep"`` is the existing one: nothing to report)."""
+        changes = self.store.insert_many(tasks, on_conflict=on_conflict)
+        if on_conflict == "replace":
+            ids = [c.task.id for c in changes]
+            self.trigger.unindex(ids)
+            for task_id in ids:
+                self.ready_queue.discard(task_id)
+        events = self.events
+        if events.listening("submitted"):
+            for change in changes:
+                events.emit("submitted", change.task)
+        else:
+            events.counts["submitted"] += len(changes)
+        self.trigger.index_many([c.task for c in changes])
+        for stored, dependents in changes:
+            if dependents:
+                self.settle(dependents)
+            if stored.state in TERMINAL_STATES:
+                self.notify_terminal(stored, None)
 
     def submit_compact(
         self,
@@ -474,6 +519,23 @@ class ClockDriver:
             expiry = max(math.nextafter(min(leases), math.inf), min(leases) + 1e-6)
             deadline = expiry if deadline is None else min(deadline, expiry)
         return deadline
+
+    def run_until_idle(self, clock: Any, limit: int) -> list[Any]:
+        """Advance *clock* (a ``FakeClock`` driving this runtime) deadline by deadline until
+        nothing is pending or ready; the jobs that ran.
+
+        Raises:
+            SchedulerStateError: more than *limit* tasks ran without going idle.
+        """
+        ran: list[Any] = []
+        while (deadline := self.next_deadline()) is not None:
+            ran.extend(clock.advance_to(max(deadline, clock.time())))
+            if len(ran) > limit:
+                raise SchedulerStateError(
+                    f"run_until_idle() ran more than {limit} tasks without going idle; raise "
+                    "limit= or advance the clock by a fixed amount instead"
+                )
+        return ran
 
     def fire(self, now: float) -> list[Any]:
         """Trigger what is due at *now* and run inline work; the jobs that ran here."""

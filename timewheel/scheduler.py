@@ -346,6 +346,13 @@ class Scheduler:
             "dispatcher after the fork (e.g. in gunicorn's post_fork hook); the parent is unaffected"
         )
 
+    def _accepting(self) -> None:
+        self._in_this_process()
+        if self._state == "stopped":
+            raise SchedulerStateError(
+                "cannot schedule on a scheduler that was shut down; create a new Scheduler"
+            )
+
     def __enter__(self) -> Scheduler:
         if self._state == "created":
             self.start()
@@ -460,11 +467,7 @@ class Scheduler:
         options: dict[str, Any],
     ) -> Job | Schedule:
         """The full path of :meth:`schedule` (every option, every check)."""
-        self._in_this_process()
-        if self._state == "stopped":
-            raise SchedulerStateError(
-                "cannot schedule on a scheduler that was shut down; create a new Scheduler"
-            )
+        self._accepting()
         if isinstance(func, TaskFunction):
             func = func.func
         prepared = prepare(
@@ -480,6 +483,24 @@ class Scheduler:
         if isinstance(prepared, Series):
             return prepared.create(self._runtime.recurring)
         return Job(self._runtime, self._runtime.submit(prepared.task, prepared.on_conflict))
+
+    def schedule_many(
+        self,
+        items: Iterable[Step | Callable[..., Any] | str | tuple[Any, ...]],
+        /,
+        *,
+        delay: float | timedelta | None = None,
+        **options: Unpack[OneShotOptions],
+    ) -> list[Job]:
+        """Schedule many one-shot tasks in one store step: all of them or, on any error, none.
+
+        *items*: ``step(func, *args, **options)``, ``(func, args, kwargs, options)`` tuples (or
+        shorter) or callables; keywords are every item's defaults, *on_conflict* the batch's.
+        Each item is checked before anything is stored; an error names the item's index.
+        Returns one :class:`Job` per item, in order (see ``docs/batches.md``)."""
+        self._accepting()
+        ids = self._runtime.schedule_many(items, dict(options, delay=delay), new_id=self._new_id)
+        return [Job(self._runtime, i) for i in ids]
 
     def chain(self, *steps: Step | Callable[..., Any], when: str = "all_success") -> list[Job]:
         """Schedule a linear pipeline: each step runs after the previous one (per *when*).
@@ -512,13 +533,7 @@ class Scheduler:
         ``@sched.cron("0 0 * * *", tz="Europe/Berlin", misfire=Misfire.RUN_ONCE)``. Options as
         for :meth:`schedule`. The function is returned unchanged, with ``.schedule_handle``.
         """
-
-        def wrap(func: F) -> F:
-            handle = self.schedule(func, cron=expr, **options)
-            func.schedule_handle = handle  # type: ignore[attr-defined]
-            return func
-
-        return wrap
+        return self._decorator(cron=expr, **options)
 
     def every(
         self,
@@ -536,20 +551,18 @@ class Scheduler:
         ``@sched.every(minutes=5, jitter=10)``. Options as for :meth:`schedule`.
         """
         period = interval_of(interval, seconds, minutes, hours, days)
+        return self._decorator(every=period, **options)
 
+    def _decorator(self, **options: Any) -> Callable[[F], F]:
         def wrap(func: F) -> F:
-            handle = self.schedule(func, every=period, **options)
-            func.schedule_handle = handle  # type: ignore[attr-defined]
+            func.schedule_handle = self.schedule(func, **options)  # type: ignore[attr-defined]
             return func
 
         return wrap
 
     def include(self, registry: Registry) -> list[Schedule]:
         """Schedule every recurring function declared in *registry*; their handles."""
-        out: list[Schedule] = []
-        for entry in registry:
-            out.append(self.schedule(entry.func, **entry.options))
-        return out
+        return [self.schedule(entry.func, **entry.options) for entry in registry]
 
     def schedules(self) -> list[Schedule]:
         """Handles of every stored recurring schedule."""
@@ -640,22 +653,9 @@ class Scheduler:
                 (a task that keeps rescheduling itself never goes idle).
         """
         self._in_this_process()
-        clock = self._clock
-        if not isinstance(clock, DrivingClock):
-            raise SchedulerStateError(
-                "run_until_idle() needs a FakeClock; use job.result() instead"
-            )
-        ran: list[Job] = []
-        while True:
-            deadline = self._driver.next_deadline()
-            if deadline is None:
-                return ran
-            ran.extend(clock.advance_to(max(deadline, clock.time())))  # type: ignore[attr-defined]
-            if len(ran) > limit:
-                raise SchedulerStateError(
-                    f"run_until_idle() ran more than {limit} tasks without going idle; raise "
-                    "limit= or advance the clock by a fixed amount instead"
-                )
+        if not isinstance(self._clock, DrivingClock):
+            raise SchedulerStateError("run_until_idle() needs a FakeClock; use job.result()")
+        return self._driver.run_until_idle(self._clock, limit)
 
     # -- looking ahead, statistics ---------------------------------------------------------------------
     def upcoming(

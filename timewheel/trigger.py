@@ -397,6 +397,29 @@ class Trigger:
         else:
             self.place(task.id, task.due, self.clock.time())
 
+    def index_many(self, tasks: Iterable[Task]) -> None:
+        """:meth:`index` for a batch of new tasks. When a real-time loop runs, the tasks already
+        due are promoted together, in steps of at most ``batch``, rather than one store step
+        each."""
+        if not self.promote_due_on_place:
+            for task in tasks:
+                self.index(task)
+            return
+        now = self.clock.time()
+        due: list[str] = []
+        for task in tasks:
+            if (
+                task.state is _P
+                and task.unmet == 0
+                and task.schedule_id is None
+                and task.due <= now
+            ):
+                due.append(task.id)
+            else:
+                self.index(task)
+        for start in range(0, len(due), self.batch):
+            self.promote(due[start : start + self.batch], now)
+
     def place(self, task_id: str, due: float, now: float, *, instance: bool = False) -> None:
         """Put a task in the wheel, or trigger it at once when a real-time loop runs and it is
         already due (handing it to the loop's thread would cost a thread switch per task under

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from timewheel._contract import claims, dependencies, schedules, tasks
+from timewheel._contract import batches, claims, dependencies, schedules, tasks
 from timewheel._contract.support import FUNC, T0, noop
 from timewheel.stores.base import Store
 
@@ -32,7 +32,13 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     tasks.check_insert_conflict_replace,
     tasks.check_insert_replace_running_refused,
     tasks.check_insert_on_conflict_invalid,
-    tasks.check_insert_many_atomic,
+    batches.check_insert_many_atomic,
+    batches.check_insert_many_returns_changes,
+    batches.check_insert_many_on_conflict_invalid,
+    batches.check_insert_many_conflict_keep,
+    batches.check_insert_many_conflict_replace,
+    batches.check_insert_many_dependencies,
+    batches.check_insert_many_dependency_refused,
     tasks.check_transition_cas,
     tasks.check_transition_forbidden,
     tasks.check_transition_missing,
@@ -56,6 +62,7 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     claims.check_finish_stale_owner,
     claims.check_finish_retry,
     claims.check_finish_release,
+    claims.check_finish_many,
     tasks.check_due_before,
     tasks.check_ready_listing,
     tasks.check_expired_leases,

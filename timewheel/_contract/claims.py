@@ -15,7 +15,7 @@ from timewheel._contract.support import (
 from timewheel.errors import (
     InvalidTransitionError,
 )
-from timewheel.stores.base import Store
+from timewheel.stores.base import Finish, Store, SupportsFinishMany
 
 
 # -- claim -------------------------------------------------------------------------------------
@@ -342,3 +342,50 @@ def check_finish_release(store: Store) -> None:
     assert ch.task.lease_expires is None, "release clears the lease"
     again = store.claim_next(owner="w2", lease_expires=T0 + 9, now=T0 + 2, limit=5)
     assert ids_of(again) == ["a"], "a released task can be claimed again"
+
+
+def check_finish_many(store: Store) -> None:
+    """Several outcomes in one step, each as ``finish`` stores it; a lost lease is ``None``."""
+    if not isinstance(store, SupportsFinishMany):
+        return
+    store.insert_many([new_task(i) for i in ("a", "b", "c", "d")])
+    store.insert(new_task("after_a", after=("a",)))
+    for i in ("a", "b", "c"):
+        make_running(store, i)
+    make_running(store, "d", owner="w2")
+    assert store.finish_many([], now=T0 + 5) == [], "an empty batch stores nothing"
+    out = store.finish_many(
+        [
+            Finish("a", "w1", S.SUCCEEDED, {"result": 7}),
+            Finish("b", "w1", S.FAILED, {"error": "boom"}),
+            Finish("c", "w1", S.PENDING, {"due": T0 + 60, "error": "retry"}),
+            Finish("d", "w1", S.SUCCEEDED),  # w2 holds it
+            Finish("ghost", "w1", S.SUCCEEDED),
+        ],
+        now=T0 + 5,
+    )
+    assert len(out) == 5, f"one result per item (got {len(out)})"
+    a, b, c, d, ghost = out
+    assert d is None, "a finish by an owner that does not hold the task is discarded (None)"
+    assert ghost is None, "a finish of a missing task is None"
+    assert a is not None, "a held task is finished"
+    assert b is not None, "a held task is finished"
+    assert c is not None, "a held task is finished"
+    assert (a.task.state, a.task.result, a.task.lease_owner) == (S.SUCCEEDED, 7, None), (
+        f"finish_many stores each outcome as finish does (got {a.task!r})"
+    )
+    assert ids_of(a.dependents) == ["after_a"], "a's end settles its dependents in the same step"
+    assert (b.task.state, b.task.error) == (S.FAILED, "boom"), f"got {b.task!r}"
+    assert (c.task.state, c.task.due) == (S.PENDING, T0 + 60), f"got {c.task!r}"
+    for ch in (a, b, c):
+        assert store.get(ch.task.id) == ch.task, f"finish_many's snapshot of {ch.task.id} is stored"
+    assert store.get("d").state is S.RUNNING, "the task another owner holds is unchanged"
+    make_running(store, "c")
+    expect(
+        InvalidTransitionError,
+        lambda: store.finish_many(
+            [Finish("c", "w1", S.SUCCEEDED), Finish("d", "w2", S.RUNNING)], now=T0 + 6
+        ),
+        "finish_many with a state no run ends in",
+    )
+    assert store.get("c").state is S.RUNNING, "a refused finish_many stores none of its outcomes"

@@ -280,34 +280,6 @@ def check_insert_on_conflict_invalid(store: Store) -> None:
     assert store.find("a") is None, "a refused insert inserts nothing"
 
 
-def check_insert_many_atomic(store: Store) -> None:
-    store.insert_many([new_task("a"), new_task("b", due=T0 + 1)])
-    assert {t.id for t in store.tasks()} == {"a", "b"}, "insert_many inserts every task"
-    assert all(t.state is S.PENDING and t.version == 0 for t in store.tasks()), (
-        "insert_many stores PENDING at version 0"
-    )
-    expect(
-        DuplicateKeyError,
-        lambda: store.insert_many([new_task("c"), new_task("a")]),
-        "insert_many with an existing id",
-    )
-    assert store.find("c") is None, "a refused insert_many inserts none of its tasks"
-    expect(
-        DuplicateKeyError,
-        lambda: store.insert_many([new_task("d"), new_task("d")]),
-        "insert_many with a repeated id",
-    )
-    assert store.find("d") is None, "a refused insert_many inserts none of its tasks"
-    expect(
-        InvalidScheduleError,
-        lambda: store.insert_many([new_task("e"), new_task("f", after=("a",))]),
-        "insert_many of a task with dependencies",
-    )
-    assert store.find("e") is None, "nothing inserted"
-    assert store.find("f") is None, "nothing inserted"
-    store.insert_many([])
-
-
 # -- transition --------------------------------------------------------------------------------
 def check_transition_cas(store: Store) -> None:
     store.insert(new_task("a"))

@@ -30,7 +30,7 @@ from timewheel.aio.timer import AsyncClockDriver, LoopTimer
 from timewheel.clock import Clock, DrivingClock, SystemClock
 from timewheel.errors import JobTimeoutError, SchedulerStateError
 from timewheel.events import Event
-from timewheel.jobs import Job, TaskFunction
+from timewheel.jobs import Job, Step, TaskFunction
 from timewheel.options import (
     SCHEDULE_OPTIONS,
     RecurringOptions,
@@ -378,6 +378,34 @@ class AsyncScheduler:
         runtime = self._runtime
         task_id = await self._do(runtime.submit, prepared.task, prepared.on_conflict)
         return AsyncJob(self, task_id)
+
+    async def schedule_many(
+        self,
+        items: Iterable[Step | Callable[..., Any] | str | tuple[Any, ...]],
+        /,
+        *,
+        delay: float | timedelta | None = None,
+        **options: Unpack[AsyncOneShotOptions],
+    ) -> list[AsyncJob]:
+        """Schedule many one-shot tasks in one store step: all of them, or (on any error) none.
+
+        Items, defaults and errors as for
+        :meth:`timewheel.scheduler.Scheduler.schedule_many`; ``after=`` takes ``AsyncJob``
+        handles too. With a durable store the batch is written off the event loop. Returns one
+        :class:`AsyncJob` per item, in order.
+        """
+        if self._state == "stopped":
+            raise SchedulerStateError(
+                "cannot schedule on a scheduler that was shut down; create a new AsyncScheduler"
+            )
+        ids = await self._do(
+            self._runtime.schedule_many,
+            items,
+            dict(options, delay=delay),
+            new_id=self._new_id,
+            upstream=_upstream_ids,
+        )
+        return [AsyncJob(self, i) for i in ids]
 
     def _prepare(
         self,

@@ -9,6 +9,7 @@ Besides :class:`Store`, a store may offer optional abilities, each a small runti
 protocol that callers test with one ``isinstance`` check:
 
 * :class:`SupportsCompactInsert`: cheap inserts of fresh tasks with default options;
+* :class:`SupportsFinishMany`: several runs' outcomes stored in one step;
 * :class:`SupportsInspection`: the read-only queries behind ``timewheel inspect``;
 * :class:`SupportsMaintenance`: housekeeping the scheduler's trigger runs now and then;
 * :class:`SupportsServerClock`: a server whose clock every host's times are compared on;
@@ -18,17 +19,19 @@ protocol that callers test with one ``isinstance`` check:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from timewheel.clock import Clock, DrivingClock, SystemClock
-from timewheel.task import ScheduleRecord, Task, TaskState
+from timewheel.task import EMPTY_KWARGS, ScheduleRecord, Task, TaskState
 
 __all__ = [
     "Changed",
+    "Finish",
     "OnConflict",
     "Store",
     "SupportsCompactInsert",
+    "SupportsFinishMany",
     "SupportsInspection",
     "SupportsMaintenance",
     "SupportsNotifications",
@@ -78,8 +81,28 @@ class Store(Protocol):
         """
         ...
 
-    def insert_many(self, tasks: Sequence[Task]) -> None:
-        """Insert many tasks without dependencies atomically; any existing id raises and inserts none."""
+    def insert_many(
+        self, tasks: Sequence[Task], *, on_conflict: OnConflict = "error"
+    ) -> list[Changed]:
+        """Insert a batch of tasks in one atomic step: all of them, or (on an error) none.
+
+        Each task is inserted as :meth:`insert` would, in batch order, with *on_conflict* for
+        every task of the batch. A task may depend (``after``) on tasks in the store or on tasks
+        placed earlier in the same batch. New ids without dependencies, the common case, go in
+        one multi-row insert (``policy.plan_batch`` decides; ``policy.check_batch`` checks the
+        batch before anything is read or written).
+
+        Returns the change of each task inserted or replaced, in batch order; a task kept under
+        ``on_conflict="keep"`` is not among them.
+
+        Raises:
+            DuplicateKeyError: an id appears twice in the batch, or exists already and
+                *on_conflict* is ``"error"``.
+            VersionConflictError: ``"replace"`` of a RUNNING task.
+            InvalidScheduleError: an unknown *on_conflict*; a task that depends on a later task
+                of the batch.
+            TaskNotFoundError: an id in a task's ``after`` does not exist.
+        """
         ...
 
     def get(self, task_id: str) -> Task:
@@ -254,6 +277,38 @@ class SupportsCompactInsert(Protocol):
         Raises:
             DuplicateKeyError: a task with this id exists.
             ValueError: *due* is later than *now*.
+        """
+        ...
+
+
+class Finish(NamedTuple):
+    """One run's outcome for :meth:`SupportsFinishMany.finish_many`: the arguments of
+    ``Store.finish(task_id, owner=owner, state=state, **changes)``."""
+
+    task_id: str
+    owner: str
+    state: TaskState
+    changes: Mapping[str, Any] = EMPTY_KWARGS
+
+
+@runtime_checkable
+class SupportsFinishMany(Protocol):
+    """**Protocol:** a store that stores several runs' outcomes in one step.
+
+    On a durable store that is one transaction and one commit for all of them, where
+    ``finish`` pays a commit each. The thread pool dispatcher finishes the runs that complete
+    together through it (a group commit: no run waits for others to complete).
+    """
+
+    def finish_many(self, finishes: Sequence[Finish], *, now: float) -> list[Changed | None]:
+        """``finish`` each of *finishes* at *now*, in order, in one step.
+
+        Returns one result per item, as ``finish`` returns it: ``None`` where the owner no
+        longer holds the task (that outcome is discarded; the others are stored all the same).
+
+        Raises:
+            InvalidTransitionError: an item's state is not one a run ends in; nothing is stored.
+            TypeError: an item's changes name the lease fields.
         """
         ...
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.stores.base import Changed, Finish, OnConflict, Store
 from timewheel.stores.compact import CompactRecords
 from timewheel.task import (
     DEFAULT_QUEUE,
@@ -187,43 +187,56 @@ class MemoryStore(Store):
         policy.check_on_conflict(on_conflict)
         with self._lock:
             self._writable()
-            old = self._peek(task.id)
-            if old is None and not task.after:
-                new = policy.as_inserted(task)
-                self._put(None, new)  # the common case: a fresh task without dependencies
-                return Changed(new)
-            if old is not None:
-                if policy.keep_existing(task.id, old.state, on_conflict):
-                    return Changed(old)
-                old = self._take(task.id)  # a compact record is stored in full before it changes
-                assert old is not None
-            count = policy.count_dependencies(task, self._state_of)
-            version = 0 if old is None else old.version + 1
-            new = count.apply(policy.as_inserted(task, version=version))
-            if old is not None:
-                self._detach_dependent(old)
-            self._put(old, new)
-            for up_id in count.waits_on:
-                self._dependents.setdefault(up_id, []).append(new.id)
-            for up_id in new.after:
-                self._downstream.setdefault(up_id, {})[new.id] = None
-            deps = self._settle(new, new.updated) if new.state in TERMINAL_STATES else ()
-            return Changed(new, deps)
+            return self._insert(task, on_conflict)
 
-    def insert_many(self, tasks: Sequence[Task]) -> None:
+    def _insert(self, task: Task, on_conflict: OnConflict) -> Changed:
+        """``insert`` under the lock."""
+        old = self._peek(task.id)
+        if old is None and not task.after:
+            new = policy.as_inserted(task)
+            self._put(None, new)  # the common case: a fresh task without dependencies
+            return Changed(new)
+        if old is not None:
+            if policy.keep_existing(task.id, old.state, on_conflict):
+                return Changed(old)
+            old = self._take(task.id)  # a compact record is stored in full before it changes
+            assert old is not None
+        count = policy.count_dependencies(task, self._state_of)
+        version = 0 if old is None else old.version + 1
+        new = count.apply(policy.as_inserted(task, version=version))
+        if old is not None:
+            self._detach_dependent(old)
+        self._put(old, new)
+        for up_id in count.waits_on:
+            self._dependents.setdefault(up_id, []).append(new.id)
+        for up_id in new.after:
+            self._downstream.setdefault(up_id, {})[new.id] = None
+        deps = self._settle(new, new.updated) if new.state in TERMINAL_STATES else ()
+        return Changed(new, deps)
+
+    def insert_many(
+        self, tasks: Sequence[Task], *, on_conflict: OnConflict = "error"
+    ) -> list[Changed]:
+        policy.check_batch(tasks, on_conflict)
         with self._lock:
             self._writable()
-            seen: set[str] = set()
+            existing: dict[str, TaskState] = {}
             for t in tasks:
-                if t.id in seen:
-                    raise policy.duplicate_in_batch(t.id)
-                if t.id in self._tasks or t.id in self._lite:
-                    raise policy.existing_in_batch(t.id, len(tasks))
-                if t.after:
-                    raise policy.dependencies_in_batch(t.id)
-                seen.add(t.id)
-            for t in tasks:
-                self._put(None, policy.as_inserted(t))
+                old = self._peek(t.id)
+                if old is not None:
+                    existing[t.id] = old.state
+            plan = policy.plan_batch(tasks, on_conflict, existing)
+            # every upstream must exist before anything is stored: the batch is all or nothing
+            known = {t.id for t in tasks}
+            for t in plan.one_by_one:
+                for up_id in t.after:
+                    if up_id not in known and self._peek(up_id) is None:
+                        raise policy.missing_upstream(t.id, up_id)
+            put = self._put
+            for new in plan.bulk:
+                put(None, new)
+            changed = {t.id: self._insert(t, on_conflict) for t in plan.one_by_one}
+            return policy.batch_changes(tasks, plan, changed)
 
     def add_pending(
         self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float
@@ -417,6 +430,19 @@ class MemoryStore(Store):
                 self._put(t, new)
                 deps = self._settle(new, now) if state in TERMINAL_STATES else ()
             return Changed(new, deps)
+
+    def finish_many(self, finishes: Sequence[Finish], *, now: float) -> list[Changed | None]:
+        """``finish`` each of *finishes*, in order."""
+        for f in finishes:
+            check_transition(f.task_id, _RUN, TaskState(f.state))  # refuse before storing any
+            if "lease_owner" in f.changes or "lease_expires" in f.changes:
+                raise TypeError(
+                    "finish clears the lease itself: do not pass lease_owner/lease_expires"
+                )
+        return [
+            self.finish(f.task_id, owner=f.owner, state=f.state, now=now, **f.changes)
+            for f in finishes
+        ]
 
     def due_before(self, until: float, *, limit: int) -> list[tuple[str, float, str | None]]:
         with self._lock:

@@ -11,6 +11,8 @@ memory, SQLite, a server database) can use them inside its own lock or transacti
 * :func:`count_dependencies`: a new task's unmet count, or the terminal state it starts in;
 * :func:`settle`: the transitive effect of a task's end on the tasks that wait on it;
 * :func:`as_inserted`: the snapshot an insert stores;
+* :func:`check_batch` and :func:`plan_batch`: what ``insert_many`` checks before it stores
+  anything, and which of a batch's tasks go in one multi-row insert;
 * the functions that build the errors, so every store says the same thing.
 """
 
@@ -20,7 +22,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,7 @@ from timewheel.errors import (
     TaskNotFoundError,
     VersionConflictError,
 )
+from timewheel.stores.base import Changed
 from timewheel.task import (
     DEFAULT_QUEUE,
     TERMINAL_STATES,
@@ -54,9 +57,12 @@ __all__ = [
     "REPORTED_FAILURES",
     "RETRYING_SQL",
     "SCHEDULE_GONE",
+    "BatchPlan",
     "ClaimableRefs",
     "DependencyCount",
     "as_inserted",
+    "batch_changes",
+    "check_batch",
     "check_on_conflict",
     "check_schedule",
     "check_schedule_changes",
@@ -64,7 +70,6 @@ __all__ = [
     "check_task_changes",
     "closed",
     "count_dependencies",
-    "dependencies_in_batch",
     "duplicate_in_batch",
     "duplicate_task",
     "ended_histogram",
@@ -75,6 +80,7 @@ __all__ = [
     "keep_existing",
     "keep_existing_schedule",
     "missing_upstream",
+    "plan_batch",
     "prefix_range",
     "queue_counts",
     "schedule_not_found",
@@ -264,6 +270,106 @@ def as_inserted(task: Task, *, version: int = 0) -> Task:
         lease_expires=None,
         started=None,
     )
+
+
+# -- batches ---------------------------------------------------------------------------------------
+def check_batch(tasks: Sequence[Task], on_conflict: object) -> None:
+    """What ``insert_many`` checks before it reads or writes anything.
+
+    Raises:
+        InvalidScheduleError: *on_conflict* is unknown; a task no store keeps (see
+            :func:`check_task`); a task that depends on a task placed later in the same batch
+            (or on itself): a batch is inserted in order, so an upstream task must come first.
+        DuplicateKeyError: an id appears twice in the batch.
+    """
+    check_on_conflict(on_conflict)
+    position: dict[str, int] = {}
+    for i, task in enumerate(tasks):
+        check_task(task)
+        first = position.setdefault(task.id, i)
+        if first != i:
+            raise duplicate_in_batch(task.id, first, i)
+    for i, task in enumerate(tasks):
+        for up_id in task.after:
+            at = position.get(up_id)
+            if at is not None and at >= i:
+                raise InvalidScheduleError(
+                    f"task {task.id!r} (item {i} of the batch) depends on {up_id!r}, item {at} "
+                    "of the same batch; an upstream task must come before its dependents"
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """How a store inserts a checked batch (see :func:`plan_batch`).
+
+    Attributes:
+        bulk: snapshots to insert as they are, in one multi-row insert: new ids without
+            dependencies (the common case, and the fast one).
+        one_by_one: tasks to insert in batch order after *bulk*, in the same transaction, each as
+            ``insert()`` does (counting dependencies, replacing an existing task).
+        kept: ids whose existing task stands (``on_conflict="keep"``).
+    """
+
+    bulk: list[Task]
+    one_by_one: list[Task]
+    kept: frozenset[str]
+
+
+def plan_batch(
+    tasks: Sequence[Task], on_conflict: str, existing: Mapping[str, TaskState]
+) -> BatchPlan:
+    """Split a batch checked by :func:`check_batch` by what each task needs.
+
+    Args:
+        tasks: the batch, in order.
+        on_conflict: what an existing id does, for the whole batch.
+        existing: the states of the tasks that exist already among the batch's ids (a store
+            may pass an empty mapping with ``on_conflict="error"`` and let its unique key
+            refuse an existing id, then raise :func:`existing_in_batch`).
+
+    Raises:
+        DuplicateKeyError: an id exists and *on_conflict* is ``"error"``; nothing is inserted.
+        VersionConflictError: ``"replace"`` of a RUNNING task; nothing is inserted.
+    """
+    bulk: list[Task] = []
+    one_by_one: list[Task] = []
+    kept: set[str] = set()
+    for task in tasks:
+        state = existing.get(task.id)
+        if state is not None:
+            if on_conflict == "error":
+                raise existing_in_batch(task.id, len(tasks))
+            if keep_existing(task.id, state, on_conflict):
+                kept.add(task.id)
+            else:
+                one_by_one.append(task)
+        elif task.after:
+            one_by_one.append(task)
+        else:
+            bulk.append(as_inserted(task))
+    return BatchPlan(bulk, one_by_one, frozenset(kept))
+
+
+def batch_changes(
+    tasks: Sequence[Task], plan: BatchPlan, changed: Mapping[str, Changed]
+) -> list[Changed]:
+    """``insert_many``'s answer: the change of each task inserted or replaced, in batch order.
+
+    *changed* holds the changes of the one-by-one inserts by id; a bulk task's change is its
+    snapshot; kept tasks are left out.
+    """
+    if not changed and not plan.kept:
+        return [Changed(t) for t in plan.bulk]  # every task went in bulk, in batch order
+    bulk = {t.id: t for t in plan.bulk}
+    out: list[Changed] = []
+    for task in tasks:
+        snapshot = bulk.get(task.id)
+        if snapshot is not None:
+            out.append(Changed(snapshot))
+        elif task.id in changed:
+            out.append(changed[task.id])
+    return out
 
 
 # -- dependencies ----------------------------------------------------------------------------------
@@ -487,22 +593,17 @@ def task_exists(task_id: str) -> DuplicateKeyError:
     return DuplicateKeyError(f"a task with id {task_id!r} already exists; choose another id")
 
 
-def duplicate_in_batch(task_id: str) -> DuplicateKeyError:
-    """``insert_many`` was given the same id twice."""
-    return DuplicateKeyError(f"task id {task_id!r} appears twice in insert_many; none inserted")
+def duplicate_in_batch(task_id: str, first: int, again: int) -> DuplicateKeyError:
+    """``insert_many`` was given the same id twice (items *first* and *again*)."""
+    return DuplicateKeyError(
+        f"task id {task_id!r} appears twice in the batch (items {first} and {again}); none inserted"
+    )
 
 
 def existing_in_batch(task_id: str, size: int) -> DuplicateKeyError:
     """``insert_many`` was given an id that exists already."""
     return DuplicateKeyError(
         f"a task with id {task_id!r} already exists; none of the {size} tasks were inserted"
-    )
-
-
-def dependencies_in_batch(task_id: str) -> InvalidScheduleError:
-    """``insert_many`` was given a task with dependencies."""
-    return InvalidScheduleError(
-        f"insert_many does not take dependencies (task {task_id!r}); use insert()"
     )
 
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -44,6 +45,7 @@ __all__ = [
 ]
 
 Row = tuple[Any, ...]
+_UNSET = object()
 R = TypeVar("R", Task, ScheduleRecord)
 
 _STATES = {s.value: s for s in TaskState}
@@ -263,6 +265,42 @@ class RowCodec(Generic[R]):
         except SerializationError as e:
             raise SerializationError(f"{self.kind} {record.id!r}: {e}") from None
         return row
+
+    def encode_many(self, records: Iterable[R]) -> list[list[Any]]:
+        """The rows of *records*, each as :meth:`encode` gives it. A value that a record shares
+        with the one before it (the same object: a batch's due time, creation time, options,
+        empty keyword arguments) is encoded once.
+
+        Raises:
+            SerializationError, InvalidScheduleError: as :meth:`encode`.
+        """
+        columns = [(k, c.encode, bool(c.spans)) for k, c in enumerate(self.columns)]
+        values_of = operator.attrgetter(*(c.field for c in self.columns))
+        last: list[Any] = [_UNSET] * len(columns)
+        last_encoded: list[Any] = [None] * len(columns)
+        rows: list[list[Any]] = []
+        for record in records:
+            row: list[Any] = []
+            values = values_of(record)
+            try:
+                for k, enc, spans in columns:
+                    v = values[k]
+                    if enc is None:
+                        row.append(v)
+                        continue
+                    if v is last[k]:
+                        e = last_encoded[k]
+                    else:
+                        e = last_encoded[k] = enc(v)
+                        last[k] = v
+                    if spans:
+                        row.extend(e)
+                    else:
+                        row.append(e)
+            except SerializationError as e:
+                raise SerializationError(f"{self.kind} {record.id!r}: {e}") from None
+            rows.append(row)
+        return rows
 
     def decode(self, row: Row, changes: Mapping[str, Any] | None = None) -> R:
         """The record *row* holds, with the fields in *changes* replaced (one constructor call)."""

@@ -26,7 +26,7 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.stores.base import Changed, Finish, OnConflict, Store
 from timewheel.stores.sqlite import schema
 from timewheel.stores.sqlite.codec import SCHEDULES, TASKS, Row, from_us, to_us, upstream_entry
 from timewheel.stores.sqlite.connections import Connections, Durability, is_corrupt, translate
@@ -239,63 +239,89 @@ class SQLiteStore(Store):
     def insert(self, task: Task, *, on_conflict: OnConflict = "error") -> Changed:
         policy.check_on_conflict(on_conflict)
         policy.check_task(task)
-        row = TASKS.encode(policy.as_inserted(task))
         with self._tx("inserting a task") as conn:
-            old = conn.execute(_SEL_ID, (task.id,)).fetchone()
-            if old is not None and policy.keep_existing(task.id, _STATES[old[_STATE]], on_conflict):
-                return Changed(TASKS.decode(old))
+            return self._insert_in(conn, task, on_conflict)
 
-            def state_of(up_id: str) -> TaskState | None:
-                r = conn.execute("SELECT state FROM tasks WHERE id = ?", (up_id,)).fetchone()
-                return None if r is None else _STATES[r[0]]
+    def _insert_in(self, conn: sqlite3.Connection, task: Task, on_conflict: OnConflict) -> Changed:
+        """``insert`` inside *conn*'s write transaction."""
+        row = TASKS.encode(policy.as_inserted(task))
+        old = conn.execute(_SEL_ID, (task.id,)).fetchone()
+        if old is not None and policy.keep_existing(task.id, _STATES[old[_STATE]], on_conflict):
+            return Changed(TASKS.decode(old))
 
-            count = policy.count_dependencies(task, state_of)
-            row[_STATE] = count.state.value
-            row[_UNMET] = count.unmet
-            row[_ERROR] = count.error
-            if old is not None:
-                row[_VERSION] = old[_VERSION] + 1
-                conn.execute("DELETE FROM deps WHERE downstream = ?", (task.id,))
-                conn.execute("DELETE FROM tasks WHERE id = ?", (task.id,))
-            conn.execute(_INS, row)
-            if count.waits_on:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO deps (upstream, downstream) VALUES (?, ?)",
-                    [(u, task.id) for u in count.waits_on],
-                )
-            deps = (
-                self._settle(conn, task.id, count.state, row[_UPDATED])
-                if count.state in TERMINAL_STATES
-                else ()
+        def state_of(up_id: str) -> TaskState | None:
+            r = conn.execute("SELECT state FROM tasks WHERE id = ?", (up_id,)).fetchone()
+            return None if r is None else _STATES[r[0]]
+
+        count = policy.count_dependencies(task, state_of)
+        row[_STATE] = count.state.value
+        row[_UNMET] = count.unmet
+        row[_ERROR] = count.error
+        if old is not None:
+            row[_VERSION] = old[_VERSION] + 1
+            conn.execute("DELETE FROM deps WHERE downstream = ?", (task.id,))
+            conn.execute("DELETE FROM tasks WHERE id = ?", (task.id,))
+        conn.execute(_INS, row)
+        if count.waits_on:
+            conn.executemany(
+                "INSERT OR IGNORE INTO deps (upstream, downstream) VALUES (?, ?)",
+                [(u, task.id) for u in count.waits_on],
             )
+        deps = (
+            self._settle(conn, task.id, count.state, row[_UPDATED])
+            if count.state in TERMINAL_STATES
+            else ()
+        )
         return Changed(TASKS.decode(tuple(row)), deps)
 
-    def insert_many(self, tasks: Sequence[Task]) -> None:
-        seen: set[str] = set()
-        rows: list[list[Any]] = []
-        for t in tasks:
-            if t.id in seen:
-                raise policy.duplicate_in_batch(t.id)
-            if t.after:
-                raise policy.dependencies_in_batch(t.id)
-            policy.check_task(t)
-            seen.add(t.id)
-            rows.append(TASKS.encode(policy.as_inserted(t)))
-        if not rows:
-            return
+    def insert_many(
+        self, tasks: Sequence[Task], *, on_conflict: OnConflict = "error"
+    ) -> list[Changed]:
+        policy.check_batch(tasks, on_conflict)
+        if not tasks:
+            return []
+        plain = on_conflict == "error" and not any(t.after for t in tasks)
+        if plain:
+            # the fast case: new ids without dependencies; the unique key refuses an existing one
+            plan = policy.plan_batch(tasks, on_conflict, {})
+            rows = TASKS.encode_many(plan.bulk)
+            with self._tx("inserting tasks") as conn:
+                try:
+                    conn.executemany(_INS, rows)
+                except sqlite3.IntegrityError:
+                    raise policy.existing_in_batch(
+                        self._first_existing(conn, [t.id for t in tasks]), len(tasks)
+                    ) from None
+            return policy.batch_changes(tasks, plan, {})
         with self._tx("inserting tasks") as conn:
-            try:
-                conn.executemany(_INS, rows)
-            except sqlite3.IntegrityError:
-                ids = list(seen)
-                dup = next(
-                    r[0]
-                    for chunk in _chunks(ids)
-                    for r in conn.execute(
-                        f"SELECT id FROM tasks WHERE id IN ({_sql_in(len(chunk))})", tuple(chunk)
-                    )
-                )
-                raise policy.existing_in_batch(dup, len(rows)) from None
+            existing = self._states(conn, [t.id for t in tasks])
+            plan = policy.plan_batch(tasks, on_conflict, existing)
+            conn.executemany(_INS, TASKS.encode_many(plan.bulk))
+            changed = {t.id: self._insert_in(conn, t, on_conflict) for t in plan.one_by_one}
+        return policy.batch_changes(tasks, plan, changed)
+
+    @staticmethod
+    def _states(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, TaskState]:
+        """The states of the tasks among *ids* that exist."""
+        return {
+            r[0]: _STATES[r[1]]
+            for chunk in _chunks(ids)
+            for r in conn.execute(
+                f"SELECT id, state FROM tasks WHERE id IN ({_sql_in(len(chunk))})", tuple(chunk)
+            )
+        }
+
+    @staticmethod
+    def _first_existing(conn: sqlite3.Connection, ids: Sequence[str]) -> str:
+        """An id among *ids* that exists (after a unique-key failure says one does)."""
+        found: str = next(
+            r[0]
+            for chunk in _chunks(ids)
+            for r in conn.execute(
+                f"SELECT id FROM tasks WHERE id IN ({_sql_in(len(chunk))})", tuple(chunk)
+            )
+        )
+        return found
 
     def get(self, task_id: str) -> Task:
         t = self.find(task_id)
@@ -456,24 +482,43 @@ class SQLiteStore(Store):
     def finish(
         self, task_id: str, *, owner: str, state: TaskState, now: float, **changes: Any
     ) -> Changed | None:
-        state = TaskState(state)
-        if "lease_owner" in changes or "lease_expires" in changes:
-            raise TypeError("finish clears the lease itself: do not pass lease_owner/lease_expires")
-        cols, vals, stored = TASKS.encode_changes(changes)
+        return self.finish_many([Finish(task_id, owner, state, changes)], now=now)[0]
+
+    def finish_many(self, finishes: Sequence[Finish], *, now: float) -> list[Changed | None]:
+        """``finish`` each of *finishes* in one transaction (one commit for all of them)."""
+        prepared = []
+        for f in finishes:
+            if "lease_owner" in f.changes or "lease_expires" in f.changes:
+                raise TypeError(
+                    "finish clears the lease itself: do not pass lease_owner/lease_expires"
+                )
+            prepared.append((f, TaskState(f.state), *TASKS.encode_changes(f.changes)))
         now_us = to_us(now)
-        with self._tx("finishing a task") as conn:
-            row = conn.execute(_SEL_WITH_DEPS, (task_id,)).fetchone()
-            if row is None or row[_STATE] != _RUN.value or row[_LEASE_OWNER] != owner:
-                return None
-            check_transition(task_id, _RUN, state)
-            sets = "state = ?, version = version + 1, updated = ?, lease_owner = NULL, "
-            sets += "lease_expires = NULL" + "".join(f", {c} = ?" for c in cols)
-            self._cas(conn, task_id, row[_VERSION], sets, (state.value, now_us, *vals))
-            has_deps = row[-1] and state in TERMINAL_STATES
-            deps = self._settle(conn, task_id, state, now_us) if has_deps else ()
-        stored.update(state=state, version=row[_VERSION] + 1, updated=from_us(now_us))
-        stored.update(lease_owner=None, lease_expires=None)
-        return Changed(TASKS.decode(row, stored), deps)
+        ended: list[tuple[Row, tuple[Task, ...]] | None] = []
+        with self._tx("finishing a task" if len(prepared) == 1 else "finishing tasks") as conn:
+            for f, state, cols, vals, _ in prepared:
+                row = conn.execute(_SEL_WITH_DEPS, (f.task_id,)).fetchone()
+                if row is None or row[_STATE] != _RUN.value or row[_LEASE_OWNER] != f.owner:
+                    ended.append(None)
+                    continue
+                check_transition(f.task_id, _RUN, state)
+                sets = "state = ?, version = version + 1, updated = ?, lease_owner = NULL, "
+                sets += "lease_expires = NULL" + "".join(f", {c} = ?" for c in cols)
+                self._cas(conn, f.task_id, row[_VERSION], sets, (state.value, now_us, *vals))
+                has_deps = row[-1] and state in TERMINAL_STATES
+                deps = self._settle(conn, f.task_id, state, now_us) if has_deps else ()
+                ended.append((row, deps))
+        # decoding happens after COMMIT: the write lock is held only for the SQL
+        out: list[Changed | None] = []
+        for (_, state, _, _, stored), done in zip(prepared, ended, strict=True):
+            if done is None:
+                out.append(None)
+                continue
+            row, deps = done
+            stored.update(state=state, version=row[_VERSION] + 1, updated=from_us(now_us))
+            stored.update(lease_owner=None, lease_expires=None)
+            out.append(Changed(TASKS.decode(row, stored), deps))
+        return out
 
     def due_before(self, until: float, *, limit: int) -> list[tuple[str, float, str | None]]:
         rows = self._read(
