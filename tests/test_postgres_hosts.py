@@ -122,7 +122,10 @@ def test_a_skewed_host_reads_the_servers_clock_and_is_warned(
     assert reading <= after
     assert abs(reading - before) < SKEW / 5  # corrected, not 5 s off
     side = "ahead of" if shift > 0 else "behind"
-    assert re.search(rf"clock is 5\.\d{{3}} s {side} the PostgreSQL server's", caplog.text)
+    # the figure is measured: 4.999 as well as 5.000 (a round trip's bias)
+    found = re.search(rf"clock is (\d+\.\d{{3}}) s {side} the PostgreSQL server's", caplog.text)
+    assert found is not None, caplog.text
+    assert abs(float(found.group(1)) - SKEW) < SKEW / 5
     # a scheduler on a real-time clock reads time through it; a FakeClock stays as it is
     with tw.Scheduler(store=a, clock=host, dispatcher=tw.NullDispatcher()) as sched:
         assert isinstance(sched.clock, ShiftedClock)
@@ -151,7 +154,8 @@ def test_the_offset_is_measured_again_on_reconnect_and_when_the_server_finds_it_
         _kill_pool(a)
         a.find("x")  # a new connection: measured again
     assert abs(corrected.time() - _server_now(postgres_dsn())) < SKEW / 5
-    assert re.search(r"clock is 10\.\d{3} s ahead", caplog.text)
+    figures = [float(f) for f in re.findall(r"clock is (\d+\.\d{3}) s ahead", caplog.text)]
+    assert [f for f in figures if abs(f - 2 * SKEW) < SKEW / 5], caplog.text
     host.shift = 3 * SKEW  # stepped again, no reconnect: the corrected clock runs ahead
     now = corrected.time()
     a.insert(_task("soon", due=now - SKEW / 2))  # due by this clock, not by the server's
