@@ -543,6 +543,45 @@ def test_a_prewarmed_sqlite_herd_fires_in_batches(tmp_path: Path) -> None:
         sched.store.close()
 
 
+class _Holding(tw.NullDispatcher):
+    """Runs nothing but serves every queue: READY work fills the ready queue and stays there."""
+
+    queues = None
+
+
+def test_a_durable_herd_beyond_the_ready_queue_is_promoted_without_reading_it_back(
+    tmp_path: Path,
+) -> None:
+    """Once the ready queue is full, the heads stay READY in the store for a refill: the store
+    returns only their keys (no task decoded), and the queue holds full snapshots."""
+    store = SQLiteStore(tmp_path / "herd.db", durability="fast")
+    calls = Counter[str]()
+    for name in ("promote", "promote_keys"):
+        real = getattr(store, name)
+
+        def counted(*a: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            calls[_name] += 1
+            return _real(*a, **kw)
+
+        setattr(store, name, counted)
+    clock, sched = herd_scheduler(
+        MIDNIGHT - 200, store=store, dispatcher=_Holding(), ready_capacity=100
+    )
+    with sched:
+        for i in range(1_100):
+            sched.schedule(record, f"h{i}", cron="0 0 * * *", id=f"h{i}")
+        clock.advance_to(MIDNIGHT - 1)
+        calls.clear()
+        clock.advance_to(MIDNIGHT)
+        assert sched.store.count_by_state()[R] == 1_100
+        assert calls["promote_keys"] > 0, calls
+        queued = sched.ready_queue.drain()
+        assert len(queued) == 100
+        assert all(t == sched.store.get(t.id) and t.state is R for t in queued)
+        assert set(pending_heads(sched).values()) == {1}
+        store.close()
+
+
 # -- timewheel inspect -----------------------------------------------------------------------------------
 
 

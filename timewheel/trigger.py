@@ -54,7 +54,13 @@ from timewheel.errors import DuplicateKeyError, VersionConflictError
 from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
 from timewheel.retention import Retention
-from timewheel.stores.base import Changed, Store, SupportsNotifications
+from timewheel.stores.base import (
+    Changed,
+    Promoted,
+    Store,
+    SupportsNotifications,
+    SupportsPromoteKeys,
+)
 from timewheel.task import Task, TaskState
 from timewheel.wheel import TimingWheel, bucket_width
 
@@ -290,6 +296,8 @@ class Trigger:
         self.retention = retention
         self.served: frozenset[str] | None = None if served is None else frozenset(served)
         self.durable = store.durable
+        # promotes without reading the tasks back, for when none of them can be queued here
+        self._keys = store if isinstance(store, SupportsPromoteKeys) else None
         self.lease = lease
         self.max_lease_recoveries = max_lease_recoveries
         self.batch = batch
@@ -663,7 +671,16 @@ class Trigger:
                 ids, successors, skipped = plain + plan.run, plan.successors, plan.skipped
                 expected = plan.expected
                 self.missed_fires += plan.missed
-        moved = self.store.promote(ids, now, successors=successors)
+        keys = self._keys
+        promoted: list[Promoted] = []
+        tasks: list[Task] = []
+        if keys is not None and (self.backlog or not self.ready.free):
+            # nothing promoted now would be queued (enqueue leaves it READY in the store for a
+            # refill): only the keys are read back, no task is decoded
+            promoted = keys.promote_keys(ids, now, successors=successors)
+            moved: Sequence[Task | Promoted] = promoted
+        else:
+            moved = tasks = self.store.promote(ids, now, successors=successors)
         # Skip only once the successors are stored: a crash between the two steps then leaves the
         # skipped head PENDING (decided again after a restart), never a series without a head.
         for task, why in skipped:
@@ -674,19 +691,34 @@ class Trigger:
             self._repair(moved, expected, now)
         if len(moved) != len(ids):
             self._reindex_unmoved(ids, moved)
-        self.enqueue(moved)
+        if promoted:
+            self._left_in_store(promoted)
+        else:
+            self.enqueue(tasks)
 
-    def _repair(self, moved: Sequence[Task], expected: Mapping[str, int], now: float) -> None:
+    def _repair(
+        self, moved: Sequence[Task | Promoted], expected: Mapping[str, int], now: float
+    ) -> None:
         """Prepared heads promoted with another version than planned were replaced since (in
         another process): their pre-warmed successor was cancelled with the old schedule, so
         the schedule as it is now gives the next instance."""
-        replaced = [t for t in moved if t.id in expected and t.version != expected[t.id] + 1]
+        replaced = [m for m in moved if m.id in expected and m.version != expected[m.id] + 1]
         if replaced and self.planner is not None:
-            successors = self.planner.repair(replaced, now)
+            found = [m if isinstance(m, Task) else self.store.find(m.id) for m in replaced]
+            successors = self.planner.repair([t for t in found if t is not None], now)
             if successors:
                 self.store.promote((), now, successors=successors)
                 for successor in successors:
                     self.index(successor)
+
+    def _left_in_store(self, moved: Sequence[Promoted]) -> None:
+        """What :meth:`enqueue` does for tasks it would not queue: they stay READY in the store
+        (the backlog), refilled in due order as workers drain the queue."""
+        served = self.served
+        if any(served is None or m.queue in served for m in moved):
+            self.backlog = True
+        if self.backlog and self._refill_due() and self.waker is not None:
+            self.waker(None)
 
     def enqueue(self, tasks: Iterable[Task]) -> None:
         """Queue READY tasks for this process's workers. Tasks of queue names the dispatcher
@@ -728,7 +760,7 @@ class Trigger:
         if self.outcomes is not None:
             self.outcomes.skipped(changed)
 
-    def _reindex_unmoved(self, ids: Sequence[str], moved: Sequence[Task]) -> None:
+    def _reindex_unmoved(self, ids: Sequence[str], moved: Sequence[Task | Promoted]) -> None:
         """Ids the wheel emitted that the store did not promote: cancelled, replaced or already
         taken (dropped), or still PENDING and not yet due (put back, so nothing is lost). The
         last happens when a durable store keeps a due time rounded up to its microsecond above

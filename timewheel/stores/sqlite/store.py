@@ -26,7 +26,7 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, OnConflict, Store
+from timewheel.stores.base import Changed, OnConflict, Promoted, Store
 from timewheel.stores.sqlite import schema
 from timewheel.stores.sqlite.codec import SCHEDULES, TASKS, Row, from_us, to_us, upstream_entry
 from timewheel.stores.sqlite.connections import Connections, Durability, is_corrupt, translate
@@ -68,7 +68,6 @@ _SEL_WITH_DEPS = (
 )
 _INS = TASKS.insert
 _INS_IGNORE = _INS.replace("INSERT", "INSERT OR IGNORE", 1)
-_COLUMNS = ", ".join(TASKS.names)
 # promote's condition. The unary + keeps the planner on the primary key for the id list: on
 # state and due it would take tasks_state and scan every task due, once per chunk (a herd's
 # 100,000 heads in 200 chunks made that quadratic).
@@ -356,6 +355,24 @@ class SQLiteStore(Store):
         herd's chunk costs O(chunk * log n), not a scan of every task due. Runtime complexity:
         O((len(task_ids) + len(successors)) * log n).
         """
+        decode = TASKS.decode
+        return [decode(r) for r in self._promote(task_ids, now, successors, TASKS.names)]
+
+    def promote_keys(
+        self, task_ids: Sequence[str], now: float, *, successors: Sequence[Task] = ()
+    ) -> list[Promoted]:
+        """:meth:`promote`, returning only the moved tasks' ids, versions and queues (see
+        :class:`~timewheel.stores.base.SupportsPromoteKeys`): no row is decoded."""
+        return [Promoted(*r) for r in self._promote(task_ids, now, successors, Promoted._fields)]
+
+    def _promote(
+        self,
+        task_ids: Sequence[str],
+        now: float,
+        successors: Sequence[Task],
+        columns: Sequence[str],
+    ) -> list[Row]:
+        """Promote; the moved rows' *columns* as changed, in *task_ids* order."""
         now_us = to_us(now)
         succ_rows = []
         for s in successors:
@@ -364,47 +381,61 @@ class SQLiteStore(Store):
         ids = list(dict.fromkeys(task_ids))
         if not ids and not succ_rows:
             return []
-        moved_rows: list[Row] = []
+        moved: list[Row] = []
         move = self._move_returning if self.returning else self._move_checked
         with self._tx("promoting tasks") as conn:
             for chunk in _chunks(ids):
-                moved_rows.extend(move(conn, chunk, now_us))
+                moved.extend(move(conn, chunk, now_us, columns))
             if succ_rows:
                 conn.executemany(_INS_IGNORE, succ_rows)
-        if len(ids) > 1:
+        if len(moved) > 1:
+            at = columns.index("id")
             order = {tid: i for i, tid in enumerate(ids)}
-            moved_rows.sort(key=lambda r: order[r[_ID]])
-        decode = TASKS.decode
-        return [decode(r) for r in moved_rows]
+            moved.sort(key=lambda r: order[r[at]])
+        return moved
 
     @staticmethod
-    def _move_returning(conn: sqlite3.Connection, chunk: Sequence[str], now_us: int) -> list[Row]:
-        """One chunk PENDING -> READY in one statement; the rows as changed (new version)."""
+    def _move_returning(
+        conn: sqlite3.Connection, chunk: Sequence[str], now_us: int, columns: Sequence[str]
+    ) -> list[Row]:
+        """One chunk PENDING -> READY in one statement; the rows' *columns* as changed."""
         return conn.execute(
             f"UPDATE tasks SET state = 'ready', version = version + 1, updated = ? "
-            f"WHERE id IN ({_sql_in(len(chunk))}) {_PROMOTABLE} RETURNING {_COLUMNS}",
+            f"WHERE id IN ({_sql_in(len(chunk))}) {_PROMOTABLE} RETURNING {', '.join(columns)}",
             (now_us, *chunk, now_us),
         ).fetchall()
 
     @staticmethod
-    def _move_checked(conn: sqlite3.Connection, chunk: Sequence[str], now_us: int) -> list[Row]:
+    def _move_checked(
+        conn: sqlite3.Connection, chunk: Sequence[str], now_us: int, columns: Sequence[str]
+    ) -> list[Row]:
         """:meth:`_move_returning` for SQLite before 3.35: read, then compare-and-swap each."""
         rows = conn.execute(
-            f"{_SEL} WHERE id IN ({_sql_in(len(chunk))}) {_PROMOTABLE}", (*chunk, now_us)
+            f"SELECT {', '.join(columns)} FROM tasks WHERE id IN ({_sql_in(len(chunk))}) "
+            f"{_PROMOTABLE}",
+            (*chunk, now_us),
         ).fetchall()
         if not rows:
             return []
+        at_id, at_version = columns.index("id"), columns.index("version")
         cur = conn.executemany(
             "UPDATE tasks SET state = 'ready', version = version + 1, updated = ? "
             "WHERE id = ? AND version = ?",
-            [(now_us, r[_ID], r[_VERSION]) for r in rows],
+            [(now_us, r[at_id], r[at_version]) for r in rows],
         )
         if cur.rowcount != len(rows):
             raise VersionConflictError("tasks changed under a promote transaction")
+        fixed = [
+            (columns.index(c), v)
+            for c, v in (("state", _R.value), ("updated", now_us))
+            if c in columns
+        ]
         out: list[Row] = []
         for r in rows:
             row = list(r)
-            row[_STATE], row[_VERSION], row[_UPDATED] = _R.value, r[_VERSION] + 1, now_us
+            row[at_version] += 1
+            for i, v in fixed:
+                row[i] = v
             out.append(tuple(row))
         return out
 
