@@ -321,7 +321,7 @@ def test_crash_between_skip_and_successor_loses_no_series(env: Env) -> None:
         return real_keys(ids, now, successors=successors)
 
     store.promote = promote  # type: ignore[method-assign,assignment]
-    store.promote_keys = promote_keys  # type: ignore[method-assign]
+    store.promote_keys = promote_keys  # type: ignore[method-assign,assignment]
     crashed = tw.Scheduler(
         clock=env.clock, store=store, dispatcher=tw.InlineDispatcher(), allow=["tests.apps"]
     )
