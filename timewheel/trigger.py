@@ -536,7 +536,12 @@ class Trigger:
             self._drop_passed(now)
         if self.backlog and self._refill_due():
             self.refill_ready()
-        if self._look_pending or (self.durable and now + self.horizon / 2 >= self._refilled_until):
+        # While due work is left (a herd being promoted), the wheel's refill and the poll wait:
+        # both read every PENDING task due by then, which is the herd itself, and the refill is
+        # due half a horizon before the wheel runs dry (a notification's look waits too).
+        busy = self._release_left(now)
+        refill = self.durable and now + self.horizon / 2 >= self._refilled_until
+        if not busy and (self._look_pending or refill):
             self._look_pending = False  # before the query: a later notification looks again
             self.refill_wheel(now)
         if self._look_ready:
@@ -546,14 +551,14 @@ class Trigger:
         if self.retention is not None:
             self.retention.step(now)  # bounded: at most one batch, at most every few seconds
         polling = self.durable and self.poll_interval is not None
-        if polling and now >= self._next_poll:
+        if polling and not busy and now >= self._next_poll:
             # other processes share the store: look for what they scheduled or made ready
             self.poll(now)
             self._next_poll = now + (self.poll_interval or 1.0)
         if self.planner is not None:  # last: the refills above may have brought a herd
             if now >= self._next_look:
                 self._look(now)
-            if self._warming and not self._release_left(now):  # due work comes first
+            if self._warming and not busy:  # due work comes first
                 self._prewarm(now)
         deadline = self.next_deadline(now)
         if polling:
