@@ -582,6 +582,33 @@ def test_a_durable_herd_beyond_the_ready_queue_is_promoted_without_reading_it_ba
         store.close()
 
 
+def test_a_durable_herd_is_not_read_again_while_it_is_promoted(tmp_path: Path) -> None:
+    """The wheel's refill reads every PENDING task due: during a herd that is the herd itself,
+    so it waits until the herd is promoted."""
+    store = SQLiteStore(tmp_path / "herd.db", durability="fast")
+    clock, sched = herd_scheduler(MIDNIGHT - 200, store=store, dispatcher=_Holding())
+    ready_when_read: list[int] = []
+    real = store.due_before
+
+    def due_before(until: float, *, limit: int) -> list[tuple[str, float, str | None]]:
+        ready_when_read.append(store.count_by_state().get(R, 0))
+        return real(until, limit=limit)
+
+    store.due_before = due_before  # type: ignore[method-assign]
+    with sched:
+        for i in range(1_100):
+            sched.schedule(record, f"h{i}", cron="0 0 * * *", id=f"h{i}")
+        clock.advance_to(MIDNIGHT - 1)
+        trigger = sched.runtime.trigger
+        trigger._refilled_until = MIDNIGHT + trigger.horizon / 2  # a refill due at the instant
+        ready_when_read.clear()
+        clock.advance_to(MIDNIGHT)
+        assert store.count_by_state()[R] == 1_100
+        assert ready_when_read, "the refill due at the instant ran"
+        assert set(ready_when_read) == {1_100}, ready_when_read
+        store.close()
+
+
 # -- timewheel inspect -----------------------------------------------------------------------------------
 
 
