@@ -33,7 +33,10 @@ spread over the time left) asks the planner to *prepare* a chunk of its heads (t
 successors are computed and stored, in one store step per slice) and moves them out of the
 wheel into a staging heap. At the instant only the state changes remain: the staged heads are
 promoted in bounded chunks, the misfire and overlap decisions still made against the real
-``now``. :meth:`Trigger.herds` reports what was seen and done.
+``now``; once the ready queue is full, a store that offers ``promote_keys`` reads back only the
+keys of what it moved. From the first slice until the herd is promoted, full garbage
+collections are held off (:meth:`Trigger.hold_gc_now`). :meth:`Trigger.herds` reports what was
+seen and done.
 """
 
 from __future__ import annotations
