@@ -35,13 +35,12 @@ wheel into a staging heap. At the instant only the state changes remain: the sta
 promoted in bounded chunks, the misfire and overlap decisions still made against the real
 ``now``; once the ready queue is full, a store that offers ``promote_keys`` reads back only the
 keys of what it moved. From the first slice until the herd is promoted, full garbage
-collections are held off (:meth:`Trigger.hold_gc_now`). :meth:`Trigger.herds` reports what was
+collections are held off (:mod:`timewheel.collector`). :meth:`Trigger.herds` reports what was
 seen and done.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 import threading
@@ -54,6 +53,7 @@ from heapq import heappop, heappush
 from typing import Protocol
 
 from timewheel.clock import Clock
+from timewheel.collector import CollectorHold
 from timewheel.errors import DuplicateKeyError, VersionConflictError
 from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
@@ -252,8 +252,8 @@ class Trigger:
         slice_seconds: the trigger work one pre-warming slice aims at.
         retention: deletes expired finished tasks and maintains the store, a bounded step per
             :meth:`step` (``None``: never).
-        hold_gc: keep CPython's full garbage collections off the heap during a herd's window
-            (from its first pre-warming slice until it is promoted; see :meth:`hold_gc_now`).
+        hold_gc: keep CPython's full garbage collections off the heap during a herd's window,
+            from its first pre-warming slice until it is promoted (:mod:`timewheel.collector`).
 
     Thread-safe: :meth:`step` and :meth:`fire` run in one thread at a time (the loop's, or the
     one advancing a fake clock), while :meth:`place`, :meth:`index` and :meth:`unindex` may be
@@ -346,8 +346,8 @@ class Trigger:
         self._releasing: deque[str] = deque()  # due ids taken from the wheel, not yet promoted
         self._cost_per_id = 20e-6  # running estimate of the trigger work per promoted id
         self._store_cost = 20e-6  # running estimate of a pre-warming store step's work per head
-        self.hold_gc = hold_gc
-        self._gc_held = False  # this trigger froze the collector's generations (see hold_gc_now)
+        #: freezes the collector's generations during a herd's window
+        self.collector = CollectorHold(hold_gc)
         self._refilled_until = -math.inf
         self._next_reap = -math.inf
         self._next_poll = -math.inf
@@ -373,7 +373,7 @@ class Trigger:
         unlisten, self._unlisten = self._unlisten, None
         if unlisten is not None:
             unlisten()
-        self.release_gc()
+        self.collector.release()
 
     # -- what other processes did (the WorkListener protocol) -----------------------------------
     def work_scheduled(self, entries: Sequence[tuple[str, float, str | None]]) -> None:
@@ -570,8 +570,8 @@ class Trigger:
                 self._look(now)
             if self._warming and not busy:  # due work comes first
                 self._prewarm(now)
-        if self._gc_held and not self._in_herd(now):
-            self.release_gc()
+        if self.collector.held and not self._in_herd(now):
+            self.collector.release()
         deadline = self.next_deadline(now)
         if polling:
             deadline = self._next_poll if deadline is None else min(deadline, self._next_poll)
@@ -944,7 +944,7 @@ class Trigger:
                     gone.append(task_id)
         if gone:
             planner.forget(gone)
-        self.hold_gc_now()
+        self.collector.hold()  # what the slice made is held too
         took = clock() - began
         warming.prepared += len(prepared) - len(gone)
         warming.successors += len(successors)
@@ -952,33 +952,6 @@ class Trigger:
         warming.slices += 1
         warming.longest_slice = max(warming.longest_slice, took)
         warming.per_slice = max(1, looked)
-
-    def hold_gc_now(self) -> None:
-        """Move everything the garbage collector tracks out of its reach (``gc.freeze()``), so
-        that no full collection walks the heap until :meth:`release_gc`.
-
-        A herd's window (its pre-warming, then its promotion) grows the heap by a successor per
-        head: on a heap of 200,000 tasks, each full collection that growth sets off pauses every
-        thread for about 300 ms, whichever step it lands in. Frozen objects are still freed as
-        soon as nothing refers to them; only garbage cycles wait for the release, after the herd
-        (``gc.unfreeze()``: they are collected as usual from then on). Called after each
-        pre-warming slice, so what the slice made is held too. Does nothing when ``hold_gc`` is
-        false, when the collector is disabled, or when something else in the process froze
-        objects first (it decides when they come back, not the trigger).
-        """
-        if not self.hold_gc:
-            return
-        if not self._gc_held:
-            if not gc.isenabled() or gc.get_freeze_count():
-                return
-            self._gc_held = True
-        gc.freeze()
-
-    def release_gc(self) -> None:
-        """End :meth:`hold_gc_now`: the frozen objects go back to the collector (idempotent)."""
-        if self._gc_held:
-            self._gc_held = False
-            gc.unfreeze()
 
     def _in_herd(self, now: float) -> bool:
         """True while a herd pre-warms, has heads staged for its instant or is being promoted."""
