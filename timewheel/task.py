@@ -433,6 +433,7 @@ class Task:
         _set_timeout(new, self.timeout)
         _set_lease_owner(new, self.lease_owner)
         _set_lease_expires(new, self.lease_expires)
+        _set_started(new, self.started)
         _set_created(new, self.created)
         _set_updated(new, updated)
         _set_result(new, self.result)
