@@ -425,19 +425,13 @@ class SQLiteStore(Store):
         )
         if cur.rowcount != len(rows):
             raise VersionConflictError("tasks changed under a promote transaction")
-        fixed = [
-            (columns.index(c), v)
-            for c, v in (("state", _R.value), ("updated", now_us))
-            if c in columns
+        changed = {"state": _R.value, "updated": now_us}
+        return [
+            tuple(
+                r[i] + 1 if i == at_version else changed.get(c, r[i]) for i, c in enumerate(columns)
+            )
+            for r in rows
         ]
-        out: list[Row] = []
-        for r in rows:
-            row = list(r)
-            row[at_version] += 1
-            for i, v in fixed:
-                row[i] = v
-            out.append(tuple(row))
-        return out
 
     def claim(
         self, task_id: str, *, expected_version: int, owner: str, lease_expires: float, now: float
