@@ -33,10 +33,9 @@ spread over the time left) asks the planner to *prepare* a chunk of its heads (t
 successors are computed and stored, in one store step per slice) and moves them out of the
 wheel into a staging heap. At the instant only the state changes remain: the staged heads are
 promoted in bounded chunks, the misfire and overlap decisions still made against the real
-``now``; once the ready queue is full, a store that offers ``promote_keys`` reads back only the
-keys of what it moved. From the first slice until the herd is promoted, full garbage
-collections are held off (:mod:`timewheel.collector`). :meth:`Trigger.herds` reports what was
-seen and done.
+``now``; once the ready queue is full, a store with ``promote_keys`` reads back only keys. Full
+garbage collections are held off from the first slice until the herd is promoted
+(:mod:`timewheel.collector`). :meth:`Trigger.herds` reports what was seen and done.
 """
 
 from __future__ import annotations
@@ -73,6 +72,7 @@ __all__ = ["FirePlan", "Herd", "InstancePlanner", "Outcomes", "PreparePlan", "Tr
 log = logging.getLogger("timewheel.trigger")
 
 _P = TaskState.PENDING
+_Moved = Task | Promoted  # what a promotion read back: tasks, or only their keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,8 +303,7 @@ class Trigger:
         self.retention = retention
         self.served: frozenset[str] | None = None if served is None else frozenset(served)
         self.durable = store.durable
-        # promotes without reading the tasks back, for when none of them can be queued here
-        self._keys = store if isinstance(store, SupportsPromoteKeys) else None
+        self._keys = store if isinstance(store, SupportsPromoteKeys) else None  # see promote
         self.lease = lease
         self.max_lease_recoveries = max_lease_recoveries
         self.batch = batch
@@ -546,9 +545,8 @@ class Trigger:
             self._drop_passed(now)
         if self.backlog and self._refill_due():
             self.refill_ready()
-        # While due work is left (a herd being promoted), the wheel's refill and the poll wait:
-        # both read every PENDING task due by then, which is the herd itself, and the refill is
-        # due half a horizon before the wheel runs dry (a notification's look waits too).
+        # While due work is left (a herd), the refill, a notification's look and the poll wait:
+        # they read every PENDING task due, the herd itself (a refill is due half a horizon early)
         busy = self._release_left(now)
         refill = self.durable and now + self.horizon / 2 >= self._refilled_until
         if not busy and (self._look_pending or refill):
@@ -688,14 +686,12 @@ class Trigger:
                 ids, successors, skipped = plain + plan.run, plan.successors, plan.skipped
                 expected = plan.expected
                 self.missed_fires += plan.missed
-        keys = self._keys
         promoted: list[Promoted] = []
         tasks: list[Task] = []
-        if keys is not None and (self.backlog or not self.ready.free):
-            # nothing promoted now would be queued (enqueue leaves it READY in the store for a
-            # refill): only the keys are read back, no task is decoded
-            promoted = keys.promote_keys(ids, now, successors=successors)
-            moved: Sequence[Task | Promoted] = promoted
+        if self._keys is not None and (self.backlog or not self.ready.free):
+            # none would be queued (they wait READY for a refill): only the keys are read back
+            moved: Sequence[_Moved]
+            moved = promoted = self._keys.promote_keys(ids, now, successors=successors)
         else:
             moved = tasks = self.store.promote(ids, now, successors=successors)
         # Skip only once the successors are stored: a crash between the two steps then leaves the
@@ -713,9 +709,7 @@ class Trigger:
         else:
             self.enqueue(tasks)
 
-    def _repair(
-        self, moved: Sequence[Task | Promoted], expected: Mapping[str, int], now: float
-    ) -> None:
+    def _repair(self, moved: Sequence[_Moved], expected: Mapping[str, int], now: float) -> None:
         """Prepared heads promoted with another version than planned were replaced since (in
         another process): their pre-warmed successor was cancelled with the old schedule, so
         the schedule as it is now gives the next instance."""
@@ -729,13 +723,11 @@ class Trigger:
                     self.index(successor)
 
     def _left_in_store(self, moved: Sequence[Promoted]) -> None:
-        """What :meth:`enqueue` does for tasks it would not queue: they stay READY in the store
-        (the backlog), refilled in due order as workers drain the queue."""
-        served = self.served
-        if any(served is None or m.queue in served for m in moved):
+        """:meth:`enqueue` for tasks it would not queue: READY in the store, refilled later."""
+        if any(self.served is None or m.queue in self.served for m in moved):
             self.backlog = True
         if self.backlog and self._refill_due() and self.waker is not None:
-            self.waker(None)
+            self.waker.wake(None)
 
     def enqueue(self, tasks: Iterable[Task]) -> None:
         """Queue READY tasks for this process's workers. Tasks of queue names the dispatcher
@@ -777,7 +769,7 @@ class Trigger:
         if self.outcomes is not None:
             self.outcomes.skipped(changed)
 
-    def _reindex_unmoved(self, ids: Sequence[str], moved: Sequence[Task | Promoted]) -> None:
+    def _reindex_unmoved(self, ids: Sequence[str], moved: Sequence[_Moved]) -> None:
         """Ids the wheel emitted that the store did not promote: cancelled, replaced or already
         taken (dropped), or still PENDING and not yet due (put back, so nothing is lost). The
         last happens when a durable store keeps a due time rounded up to its microsecond above
@@ -955,9 +947,8 @@ class Trigger:
 
     def _in_herd(self, now: float) -> bool:
         """True while a herd pre-warms, has heads staged for its instant or is being promoted."""
-        with self.lock:
-            if self._releasing or self._staged_heap:
-                return True
+        if self._releasing or self._staged_heap:  # (a read of their size needs no lock)
+            return True
         return any(not w.done and now < w.second for w in list(self._warming.values()))
 
     def herds(self, now: float, horizon: float = math.inf) -> list[Herd]:
