@@ -57,13 +57,8 @@ from timewheel.errors import DuplicateKeyError, VersionConflictError
 from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
 from timewheel.retention import Retention
-from timewheel.stores.base import (
-    Changed,
-    Promoted,
-    Store,
-    SupportsNotifications,
-    SupportsPromoteKeys,
-)
+from timewheel.stores import Promoted, SupportsPromoteKeys
+from timewheel.stores.base import Changed, Store, SupportsNotifications
 from timewheel.task import Task, TaskState
 from timewheel.wheel import TimingWheel, bucket_width
 
@@ -545,8 +540,7 @@ class Trigger:
             self._drop_passed(now)
         if self.backlog and self._refill_due():
             self.refill_ready()
-        # While due work is left (a herd), the refill, a notification's look and the poll wait:
-        # they read every PENDING task due, the herd itself (a refill is due half a horizon early)
+        # due work first: the refill, a notification's look and the poll read the herd itself
         busy = self._release_left(now)
         refill = self.durable and now + self.horizon / 2 >= self._refilled_until
         if not busy and (self._look_pending or refill):
@@ -704,10 +698,7 @@ class Trigger:
             self._repair(moved, expected, now)
         if len(moved) != len(ids):
             self._reindex_unmoved(ids, moved)
-        if promoted:
-            self._left_in_store(promoted)
-        else:
-            self.enqueue(tasks)
+        self._left_in_store(promoted) if promoted else self.enqueue(tasks)
 
     def _repair(self, moved: Sequence[_Moved], expected: Mapping[str, int], now: float) -> None:
         """Prepared heads promoted with another version than planned were replaced since (in
@@ -726,6 +717,7 @@ class Trigger:
         """:meth:`enqueue` for tasks it would not queue: READY in the store, refilled later."""
         if any(self.served is None or m.queue in self.served for m in moved):
             self.backlog = True
+            self._overflowed += 1  # (a refill running meanwhile keeps the flag)
         if self.backlog and self._refill_due() and self.waker is not None:
             self.waker.wake(None)
 
@@ -947,9 +939,8 @@ class Trigger:
 
     def _in_herd(self, now: float) -> bool:
         """True while a herd pre-warms, has heads staged for its instant or is being promoted."""
-        if self._releasing or self._staged_heap:  # (a read of their size needs no lock)
-            return True
-        return any(not w.done and now < w.second for w in list(self._warming.values()))
+        busy = bool(self._releasing or self._staged_heap)  # (reading their size needs no lock)
+        return busy or any(not w.done and now < w.second for w in list(self._warming.values()))
 
     def herds(self, now: float, horizon: float = math.inf) -> list[Herd]:
         """The herds seen coming within *horizon* seconds of *now* (and those whose second
