@@ -5,6 +5,7 @@ Every test runs on a ``FakeClock``; none measures time (``benchmarks/bench_herd.
 
 from __future__ import annotations
 
+import gc
 import io
 import math
 import re
@@ -541,6 +542,107 @@ def test_a_prewarmed_sqlite_herd_fires_in_batches(tmp_path: Path) -> None:
         assert {t for _, t in RUNS} == {MIDNIGHT}
         assert set(pending_heads(sched).values()) == {1}
         sched.store.close()
+
+
+class _Holding(tw.NullDispatcher):
+    """Runs nothing but serves every queue: READY work fills the ready queue and stays there."""
+
+    queues = None
+
+
+def test_a_durable_herd_beyond_the_ready_queue_is_promoted_without_reading_it_back(
+    tmp_path: Path,
+) -> None:
+    """Once the ready queue is full, the heads stay READY in the store for a refill: the store
+    returns only their keys (no task decoded), and the queue holds full snapshots."""
+    store = SQLiteStore(tmp_path / "herd.db", durability="fast")
+    calls = Counter[str]()
+    for name in ("promote", "promote_keys"):
+        real = getattr(store, name)
+
+        def counted(*a: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            calls[_name] += 1
+            return _real(*a, **kw)
+
+        setattr(store, name, counted)
+    clock, sched = herd_scheduler(
+        MIDNIGHT - 200, store=store, dispatcher=_Holding(), ready_capacity=100
+    )
+    with sched:
+        for i in range(1_100):
+            sched.schedule(record, f"h{i}", cron="0 0 * * *", id=f"h{i}")
+        clock.advance_to(MIDNIGHT - 1)
+        calls.clear()
+        clock.advance_to(MIDNIGHT)
+        assert sched.store.count_by_state()[R] == 1_100
+        assert calls["promote_keys"] > 0, calls
+        queued = sched.ready_queue.drain()
+        assert len(queued) == 100
+        assert all(t == sched.store.get(t.id) and t.state is R for t in queued)
+        assert set(pending_heads(sched).values()) == {1}
+        store.close()
+
+
+def test_a_durable_herd_is_not_read_again_while_it_is_promoted(tmp_path: Path) -> None:
+    """The wheel's refill reads every PENDING task due: during a herd that is the herd itself,
+    so it waits until the herd is promoted."""
+    store = SQLiteStore(tmp_path / "herd.db", durability="fast")
+    clock, sched = herd_scheduler(MIDNIGHT - 200, store=store, dispatcher=_Holding())
+    ready_when_read: list[int] = []
+    real = store.due_before
+
+    def due_before(until: float, *, limit: int) -> list[tuple[str, float, str | None]]:
+        ready_when_read.append(store.count_by_state().get(R, 0))
+        return real(until, limit=limit)
+
+    store.due_before = due_before  # type: ignore[method-assign]
+    with sched:
+        for i in range(1_100):
+            sched.schedule(record, f"h{i}", cron="0 0 * * *", id=f"h{i}")
+        clock.advance_to(MIDNIGHT - 1)
+        trigger = sched.runtime.trigger
+        trigger._refilled_until = MIDNIGHT + trigger.horizon / 2  # a refill due at the instant
+        ready_when_read.clear()
+        clock.advance_to(MIDNIGHT)
+        assert store.count_by_state()[R] == 1_100
+        assert ready_when_read, "the refill due at the instant ran"
+        assert set(ready_when_read) == {1_100}, ready_when_read
+        store.close()
+
+
+def test_full_collections_are_held_off_during_a_herd_window_only() -> None:
+    """From the first pre-warming slice until the herd is promoted the collector's objects are
+    frozen (no full collection walks the heap); afterwards they are handed back."""
+    assert gc.get_freeze_count() == 0
+    clock, sched = herd_scheduler(MIDNIGHT - 200)
+    try:
+        with sched:
+            for i in range(1_100):
+                sched.schedule(record, f"h{i}", cron="0 0 * * *", id=f"h{i}")
+            clock.advance_to(MIDNIGHT - 1)
+            assert gc.get_freeze_count() > 0, "held while the herd waits for its second"
+            clock.advance_to(MIDNIGHT)
+            assert len(RUNS) == 1_100
+            clock.advance_to(MIDNIGHT + 2)
+            assert gc.get_freeze_count() == 0, "handed back once the herd was promoted"
+    finally:
+        gc.unfreeze()
+
+
+def test_a_freeze_made_by_someone_else_is_left_alone() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        clock, sched = herd_scheduler(MIDNIGHT - 200)
+        with sched:
+            for i in range(1_100):
+                sched.schedule(record, f"h{i}", cron="0 0 * * *", id=f"h{i}")
+            clock.advance_to(MIDNIGHT + 2)
+            assert len(RUNS) == 1_100
+        # (frozen objects freed since lower the count a little; unfrozen, it would be 0)
+        assert gc.get_freeze_count() > frozen // 2, "the trigger left another's freeze alone"
+    finally:
+        gc.unfreeze()
 
 
 # -- timewheel inspect -----------------------------------------------------------------------------------

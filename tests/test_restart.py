@@ -16,6 +16,7 @@ import pytest
 
 import timewheel as tw
 from tests.apps.crash_app import add, boom, record
+from timewheel.stores.base import Promoted
 from timewheel.stores.sqlite import SQLiteStore
 from timewheel.testing import FakeClock
 
@@ -312,7 +313,15 @@ def test_crash_between_skip_and_successor_loses_no_series(env: Env) -> None:
             raise _CrashAfterSkip
         return real_promote(ids, now, successors=successors)
 
+    real_keys = store.promote_keys
+
+    def promote_keys(ids: Any, now: float, *, successors: Any = ()) -> list[Promoted]:
+        if successors:
+            raise _CrashAfterSkip
+        return real_keys(ids, now, successors=successors)
+
     store.promote = promote  # type: ignore[method-assign,assignment]
+    store.promote_keys = promote_keys  # type: ignore[method-assign,assignment]
     crashed = tw.Scheduler(
         clock=env.clock, store=store, dispatcher=tw.InlineDispatcher(), allow=["tests.apps"]
     )

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from timewheel import refs
-from timewheel._contract import FUNC, T0
+from timewheel._contract import CHECKS, FUNC, T0
 from timewheel.errors import (
     InvalidScheduleError,
     SchemaVersionError,
@@ -156,6 +156,49 @@ def test_queries_use_the_indexes(store: SQLiteStore, monkeypatch: pytest.MonkeyP
     for name, plan in zip(("tasks_due", "tasks_ready", "tasks_lease"), plans, strict=True):
         assert f"USING INDEX {name}" in plan or f"COVERING INDEX {name}" in plan, plan
         assert "TEMP B-TREE" not in plan, plan
+
+
+def test_promote_looks_ids_up_by_the_primary_key(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """promote reads its ids through the primary key, not tasks_state (a scan of every task due,
+    once per chunk: quadratic for a herd)."""
+    store.insert_many([_task(f"t{i}", due=T0 + i) for i in range(50)])
+    plans: list[str] = []
+    real = store._connections.get()
+
+    class Spy:
+        def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+            if "FROM tasks" in sql or sql.startswith("UPDATE tasks"):
+                p = real.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+                plans.append(" | ".join(r[-1] for r in p))
+            cursor: sqlite3.Cursor = real.execute(sql, params)
+            return cursor
+
+        def executemany(self, sql: str, params: Any) -> sqlite3.Cursor:
+            cursor: sqlite3.Cursor = real.executemany(sql, params)
+            return cursor
+
+    ways = (True, False) if sqlite_store._HAS_RETURNING else (False,)
+    for first, returning in enumerate(ways):
+        monkeypatch.setattr(store, "returning", returning)
+        monkeypatch.setattr(store._connections, "get", Spy)
+        plans.clear()
+        moved = store.promote([f"t{i}" for i in range(first, 50, 2)], T0 + 100)
+        monkeypatch.setattr(store._connections, "get", lambda: real)
+        assert len(moved) == 25
+        assert plans, "promote ran no statement on tasks"
+        for plan in plans:
+            assert "sqlite_autoindex_tasks_1 (id=?)" in plan, plan
+
+
+@pytest.mark.parametrize("check", [c for c in CHECKS if "promote" in c.__name__])
+def test_promote_without_returning(
+    store: SQLiteStore, check: Callable[[SQLiteStore], None]
+) -> None:
+    """SQLite before 3.35 has no UPDATE ... RETURNING: promote reads, then compare-and-swaps."""
+    store.returning = False
+    check(store)
 
 
 def test_migrations_run_in_order(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -71,6 +71,15 @@ def test_init_and_evolve_set_every_field() -> None:
         assert all(getattr(one, o) == getattr(base, o) for o in others), name
 
 
+def test_moved_copies_every_field_but_state_version_and_updated() -> None:
+    t = Task(**_every_field_set())
+    m = t.moved(TaskState.READY, version=9, updated=5.0)
+    want = {f.name: getattr(t, f.name) for f in dataclasses.fields(Task)}
+    want.update(state=TaskState.READY, version=9, updated=5.0)
+    assert {f.name: getattr(m, f.name) for f in dataclasses.fields(Task)} == want
+    assert m == t.evolve(state=TaskState.READY, version=9, updated=5.0)
+
+
 def test_evolve_refuses_unknown_fields_and_tasks_stay_frozen() -> None:
     t = Task(id="a", func="m:f", due=1.0)
     with pytest.raises(TypeError, match=r"no field\(s\) \['colour'\]"):

@@ -287,10 +287,11 @@ class Task:
         when: the dependency condition (``"all_success"``, ``"all_done"``, ``"any_failed"``).
         extra: free-form data kept with the task (JSON values for durable stores).
 
-    A snapshot is built on every state change, so ``__init__`` and :meth:`evolve` are written
-    out field by field and store through the slot descriptors (about twice as fast as the
-    ``object.__setattr__`` a generated frozen ``__init__`` uses). They check nothing: stores and
-    the scheduler validate what they accept. A field added to the class must be added to both.
+    A snapshot is built on every state change, so ``__init__``, :meth:`evolve` and :meth:`moved`
+    are written out field by field and store through the slot descriptors (about twice as fast
+    as the ``object.__setattr__`` a generated frozen ``__init__`` uses). They check nothing:
+    stores and the scheduler validate what they accept. A field added to the class must be
+    added to all three.
     """
 
     id: str
@@ -412,6 +413,36 @@ class Task:
         _set_extra(new, c.pop("extra") if "extra" in c else self.extra)
         if c:
             raise TypeError(f"Task has no field(s) {sorted(c)}")
+        return new
+
+    def moved(self, state: TaskState, *, version: int, updated: float) -> Task:
+        """``evolve(state=state, version=version, updated=updated)``, the copy a store makes at
+        each plain state change (a promotion), in about half its time."""
+        new: Task = _new(Task)
+        _set_id(new, self.id)
+        _set_func(new, self.func)
+        _set_args(new, self.args)
+        _set_kwargs(new, self.kwargs)
+        _set_due(new, self.due)
+        _set_state(new, state)
+        _set_version(new, version)
+        _set_attempts(new, self.attempts)
+        _set_retry(new, self.retry)
+        _set_priority(new, self.priority)
+        _set_queue(new, self.queue)
+        _set_timeout(new, self.timeout)
+        _set_lease_owner(new, self.lease_owner)
+        _set_lease_expires(new, self.lease_expires)
+        _set_started(new, self.started)
+        _set_created(new, self.created)
+        _set_updated(new, updated)
+        _set_result(new, self.result)
+        _set_error(new, self.error)
+        _set_schedule_id(new, self.schedule_id)
+        _set_after(new, self.after)
+        _set_unmet(new, self.unmet)
+        _set_when(new, self.when)
+        _set_extra(new, self.extra)
         return new
 
 

@@ -33,7 +33,9 @@ spread over the time left) asks the planner to *prepare* a chunk of its heads (t
 successors are computed and stored, in one store step per slice) and moves them out of the
 wheel into a staging heap. At the instant only the state changes remain: the staged heads are
 promoted in bounded chunks, the misfire and overlap decisions still made against the real
-``now``. :meth:`Trigger.herds` reports what was seen and done.
+``now``; once the ready queue is full, a store with ``promote_keys`` reads back only keys. Full
+garbage collections are held off from the first slice until the herd is promoted
+(:mod:`timewheel.collector`). :meth:`Trigger.herds` reports what was seen and done.
 """
 
 from __future__ import annotations
@@ -50,10 +52,12 @@ from heapq import heappop, heappush
 from typing import Protocol
 
 from timewheel.clock import Clock
+from timewheel.collector import CollectorHold
 from timewheel.errors import DuplicateKeyError, VersionConflictError
 from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
 from timewheel.retention import Retention
+from timewheel.stores import Promoted, SupportsPromoteKeys
 from timewheel.stores.base import Changed, Store, SupportsNotifications
 from timewheel.task import Task, TaskState
 from timewheel.wheel import TimingWheel, bucket_width
@@ -63,6 +67,7 @@ __all__ = ["FirePlan", "Herd", "InstancePlanner", "Outcomes", "PreparePlan", "Tr
 log = logging.getLogger("timewheel.trigger")
 
 _P = TaskState.PENDING
+_Moved = Task | Promoted  # what a promotion read back: tasks, or only their keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +247,8 @@ class Trigger:
         slice_seconds: the trigger work one pre-warming slice aims at.
         retention: deletes expired finished tasks and maintains the store, a bounded step per
             :meth:`step` (``None``: never).
+        hold_gc: keep CPython's full garbage collections off the heap during a herd's window,
+            from its first pre-warming slice until it is promoted (:mod:`timewheel.collector`).
 
     Thread-safe: :meth:`step` and :meth:`fire` run in one thread at a time (the loop's, or the
     one advancing a fake clock), while :meth:`place`, :meth:`index` and :meth:`unindex` may be
@@ -277,6 +284,7 @@ class Trigger:
         prewarm_ahead: float = 300.0,
         slice_seconds: float = 0.003,
         retention: Retention | None = None,
+        hold_gc: bool = True,
     ) -> None:
         self.store = store
         self.ready = ready
@@ -290,6 +298,7 @@ class Trigger:
         self.retention = retention
         self.served: frozenset[str] | None = None if served is None else frozenset(served)
         self.durable = store.durable
+        self._keys = store if isinstance(store, SupportsPromoteKeys) else None  # see promote
         self.lease = lease
         self.max_lease_recoveries = max_lease_recoveries
         self.batch = batch
@@ -331,6 +340,8 @@ class Trigger:
         self._releasing: deque[str] = deque()  # due ids taken from the wheel, not yet promoted
         self._cost_per_id = 20e-6  # running estimate of the trigger work per promoted id
         self._store_cost = 20e-6  # running estimate of a pre-warming store step's work per head
+        #: freezes the collector's generations during a herd's window
+        self.collector = CollectorHold(hold_gc)
         self._refilled_until = -math.inf
         self._next_reap = -math.inf
         self._next_poll = -math.inf
@@ -356,6 +367,7 @@ class Trigger:
         unlisten, self._unlisten = self._unlisten, None
         if unlisten is not None:
             unlisten()
+        self.collector.release()
 
     # -- what other processes did (the WorkListener protocol) -----------------------------------
     def work_scheduled(self, entries: Sequence[tuple[str, float, str | None]]) -> None:
@@ -551,7 +563,10 @@ class Trigger:
             self._drop_passed(now)
         if self.backlog and self._refill_due():
             self.refill_ready()
-        if self._look_pending or (self.durable and now + self.horizon / 2 >= self._refilled_until):
+        # due work first: the refill, a notification's look and the poll read the herd itself
+        busy = self._release_left(now)
+        refill = self.durable and now + self.horizon / 2 >= self._refilled_until
+        if not busy and (self._look_pending or refill):
             self._look_pending = False  # before the query: a later notification looks again
             self.refill_wheel(now)
         if self._look_ready:
@@ -561,15 +576,17 @@ class Trigger:
         if self.retention is not None:
             self.retention.step(now)  # bounded: at most one batch, at most every few seconds
         polling = self.durable and self.poll_interval is not None
-        if polling and now >= self._next_poll:
+        if polling and not busy and now >= self._next_poll:
             # other processes share the store: look for what they scheduled or made ready
             self.poll(now)
             self._next_poll = now + (self.poll_interval or 1.0)
         if self.planner is not None:  # last: the refills above may have brought a herd
             if now >= self._next_look:
                 self._look(now)
-            if self._warming and not self._release_left(now):  # due work comes first
+            if self._warming and not busy:  # due work comes first
                 self._prewarm(now)
+        if self.collector.held and not self._in_herd(now):
+            self.collector.release()
         deadline = self.next_deadline(now)
         if polling:
             deadline = self._next_poll if deadline is None else min(deadline, self._next_poll)
@@ -686,7 +703,14 @@ class Trigger:
                 ids, successors, skipped = plain + plan.run, plan.successors, plan.skipped
                 expected = plan.expected
                 self.missed_fires += plan.missed
-        moved = self.store.promote(ids, now, successors=successors)
+        promoted: list[Promoted] = []
+        tasks: list[Task] = []
+        if self._keys is not None and (self.backlog or not self.ready.free):
+            # none would be queued (they wait READY for a refill): only the keys are read back
+            moved: Sequence[_Moved]
+            moved = promoted = self._keys.promote_keys(ids, now, successors=successors)
+        else:
+            moved = tasks = self.store.promote(ids, now, successors=successors)
         # Skip only once the successors are stored: a crash between the two steps then leaves the
         # skipped head PENDING (decided again after a restart), never a series without a head.
         for task, why in skipped:
@@ -697,19 +721,28 @@ class Trigger:
             self._repair(moved, expected, now)
         if len(moved) != len(ids):
             self._reindex_unmoved(ids, moved)
-        self.enqueue(moved)
+        self._left_in_store(promoted) if promoted else self.enqueue(tasks)
 
-    def _repair(self, moved: Sequence[Task], expected: Mapping[str, int], now: float) -> None:
+    def _repair(self, moved: Sequence[_Moved], expected: Mapping[str, int], now: float) -> None:
         """Prepared heads promoted with another version than planned were replaced since (in
         another process): their pre-warmed successor was cancelled with the old schedule, so
         the schedule as it is now gives the next instance."""
-        replaced = [t for t in moved if t.id in expected and t.version != expected[t.id] + 1]
+        replaced = [m for m in moved if m.id in expected and m.version != expected[m.id] + 1]
         if replaced and self.planner is not None:
-            successors = self.planner.repair(replaced, now)
+            found = [m if isinstance(m, Task) else self.store.find(m.id) for m in replaced]
+            successors = self.planner.repair([t for t in found if t is not None], now)
             if successors:
                 self.store.promote((), now, successors=successors)
                 for successor in successors:
                     self.index(successor)
+
+    def _left_in_store(self, moved: Sequence[Promoted]) -> None:
+        """:meth:`enqueue` for tasks it would not queue: READY in the store, refilled later."""
+        if any(self.served is None or m.queue in self.served for m in moved):
+            self.backlog = True
+            self._overflowed += 1  # (a refill running meanwhile keeps the flag)
+        if self.backlog and self._refill_due() and self.waker is not None:
+            self.waker.wake(None)
 
     def enqueue(self, tasks: Iterable[Task]) -> None:
         """Queue READY tasks for this process's workers. Tasks of queue names the dispatcher
@@ -751,7 +784,7 @@ class Trigger:
         if self.outcomes is not None:
             self.outcomes.skipped(changed)
 
-    def _reindex_unmoved(self, ids: Sequence[str], moved: Sequence[Task]) -> None:
+    def _reindex_unmoved(self, ids: Sequence[str], moved: Sequence[_Moved]) -> None:
         """Ids the wheel emitted that the store did not promote: cancelled, replaced or already
         taken (dropped), or still PENDING and not yet due (put back, so nothing is lost). The
         last happens when a durable store keeps a due time rounded up to its microsecond above
@@ -918,6 +951,7 @@ class Trigger:
                     gone.append(task_id)
         if gone:
             planner.forget(gone)
+        self.collector.hold()  # what the slice made is held too
         took = clock() - began
         warming.prepared += len(prepared) - len(gone)
         warming.successors += len(successors)
@@ -925,6 +959,11 @@ class Trigger:
         warming.slices += 1
         warming.longest_slice = max(warming.longest_slice, took)
         warming.per_slice = max(1, looked)
+
+    def _in_herd(self, now: float) -> bool:
+        """True while a herd pre-warms, has heads staged for its instant or is being promoted."""
+        busy = bool(self._releasing or self._staged_heap)  # (reading their size needs no lock)
+        return busy or any(not w.done and now < w.second for w in list(self._warming.values()))
 
     def herds(self, now: float, horizon: float = math.inf) -> list[Herd]:
         """The herds seen coming within *horizon* seconds of *now* (and those whose second

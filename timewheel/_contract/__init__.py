@@ -47,6 +47,7 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     tasks.check_version_increments_by_one,
     tasks.check_promote,
     tasks.check_promote_successors,
+    tasks.check_promote_keys,
     claims.check_claim_cas,
     claims.check_claim_records_start,
     claims.check_claim_next_order,

@@ -25,7 +25,14 @@ from timewheel.errors import (
     TaskNotFoundError,
     VersionConflictError,
 )
-from timewheel.stores.base import Changed, Store, SupportsCompactInsert, SupportsInspection
+from timewheel.stores.base import (
+    Changed,
+    Promoted,
+    Store,
+    SupportsCompactInsert,
+    SupportsInspection,
+    SupportsPromoteKeys,
+)
 from timewheel.task import Retry, Task, TaskState
 
 
@@ -443,6 +450,41 @@ def check_promote_successors(store: Store) -> None:
     )
     store.promote([], T0, successors=[new_task("s@4", due=T0 + 180)])
     assert store.find("s@4") is not None, "successors are inserted even when nothing moves"
+
+
+def check_promote_keys(store: Store) -> None:
+    """A store that offers ``promote_keys`` moves what ``promote`` would, returning the keys."""
+    if not isinstance(store, SupportsPromoteKeys):
+        return
+    store.insert_many(
+        [
+            new_task("due", due=T0 - 5, queue="q"),
+            new_task("now", due=T0),
+            new_task("later", due=T0 + 1),
+            new_task("done", due=T0 - 5),
+        ]
+    )
+    store.transition("done", expected_version=0, state=S.CANCELLED, now=T0)
+    store.insert(new_task("blocked", due=T0 - 5, after=("later",)))
+    moved = store.promote_keys(
+        ["now", "ghost", "due", "later", "done", "blocked"],
+        T0,
+        successors=[new_task("next", due=T0 + 60), new_task("later", due=T0 + 9, priority=4)],
+    )
+    assert moved == [Promoted("now", 1, "default"), Promoted("due", 1, "q")], (
+        f"promote_keys returns (id, version, queue) of the moved tasks in the order asked "
+        f"(got {moved})"
+    )
+    for key in moved:
+        t = store.get(key.id)
+        assert (t.state, t.version, t.updated) == (S.READY, 1, T0), (
+            f"a task promote_keys moved is READY at version 1, updated now (got {t!r})"
+        )
+    assert store.get("later").state is S.PENDING, "a task not yet due stays PENDING"
+    assert store.get("later").priority == 0, "a successor whose id exists is ignored"
+    assert store.get("blocked").state is S.PENDING, "a task with unmet dependencies stays PENDING"
+    assert store.find("next") is not None, "promote_keys inserts the successors"
+    assert store.promote_keys(["due", "now"], T0 + 10) == [], "READY tasks are not moved again"
 
 
 # -- queries -----------------------------------------------------------------------------------

@@ -8,8 +8,8 @@
 ``sqlite:///path/to/file.db?durability=fast``. ``SQLiteStore`` is imported lazily, so memory-only
 users never load ``sqlite3``.
 
-:class:`Store` is the protocol; :class:`SupportsCompactInsert` and :class:`SupportsInspection`
-are optional abilities a store may add (:mod:`timewheel.stores.base`). What every store decides
+:class:`Store` is the protocol; :class:`SupportsCompactInsert`, :class:`SupportsInspection` and
+:class:`SupportsPromoteKeys` are optional abilities a store may add (:mod:`timewheel.stores.base`). What every store decides
 the same way is in :mod:`timewheel.stores.policy`.
 """
 
@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 from timewheel.stores.base import (
     Changed,
     OnConflict,
+    Promoted,
     Store,
     SupportsCompactInsert,
     SupportsInspection,
+    SupportsPromoteKeys,
 )
 from timewheel.stores.memory import MemoryStore
 from timewheel.stores.url import open_store
@@ -36,10 +38,12 @@ __all__ = [
     "MemoryStore",
     "OnConflict",
     "PostgresStore",
+    "Promoted",
     "SQLiteStore",
     "Store",
     "SupportsCompactInsert",
     "SupportsInspection",
+    "SupportsPromoteKeys",
     "open_store",
 ]
 

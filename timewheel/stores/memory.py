@@ -337,7 +337,7 @@ class MemoryStore(Store):
                     continue
                 if t.state is not _P or t.due > now or t.unmet > 0:
                     continue
-                new = t.evolve(state=_R, version=t.version + 1, updated=now)
+                new = t.moved(_R, version=t.version + 1, updated=now)
                 self._put(t, new)
                 moved.append(new)
             for s in successors:

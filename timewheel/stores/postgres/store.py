@@ -28,7 +28,7 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, Finish, OnConflict, Store, WorkListener
+from timewheel.stores.base import Changed, Finish, OnConflict, Promoted, Store, WorkListener
 from timewheel.stores.postgres import schema
 from timewheel.stores.postgres.clocks import CLOCK_WARNING, ServerClocks, measure
 from timewheel.stores.postgres.connections import Conn, Connections
@@ -86,12 +86,21 @@ _PROMOTE = (
     f"WITH clock AS (SELECT {_SERVER_NOW} AS now_us), "
     "moved AS (UPDATE tasks t SET state = 'ready', version = t.version + 1, updated = %s "
     "FROM clock WHERE t.id = ANY(%s) AND t.state = 'pending' AND t.unmet = 0 AND t.due <= %s"
-    "{guard}" + _RETURNING + ") "
+    "{guard}{returning}) "
     "SELECT clock.now_us, (SELECT pg_notify(%s, %s) FROM (SELECT 1 FROM moved LIMIT 1) one), "
     "moved.* FROM clock LEFT JOIN moved ON true"
 )
-_PROMOTE_LOCAL = _PROMOTE.format(guard="")
-_PROMOTE_SERVER = _PROMOTE.format(guard=" AND t.due <= clock.now_us")
+# promote_keys returns these columns of the moved rows (id first, as for the full rows)
+_RETURNING_KEYS = " RETURNING " + ", ".join(f"t.{c}" for c in Promoted._fields)
+# (on the server's clock?, keys only?) -> the statement
+_PROMOTES = {
+    (server, keys): _PROMOTE.format(
+        guard=" AND t.due <= clock.now_us" if server else "",
+        returning=_RETURNING_KEYS if keys else _RETURNING,
+    )
+    for server in (False, True)
+    for keys in (False, True)
+}
 _OPTIONS = ("schema", "pool_size", "retries", "connect_timeout")
 
 
@@ -469,6 +478,21 @@ class PostgresStore(Store):
     def promote(
         self, task_ids: Sequence[str], now: float, *, successors: Sequence[Task] = ()
     ) -> list[Task]:
+        decode = TASKS.decode
+        return [decode(r) for r in self._promote(task_ids, now, successors, keys=False)]
+
+    def promote_keys(
+        self, task_ids: Sequence[str], now: float, *, successors: Sequence[Task] = ()
+    ) -> list[Promoted]:
+        """:meth:`promote`, returning only the moved tasks' ids, versions and queues (see
+        :class:`~timewheel.stores.base.SupportsPromoteKeys`): no row is decoded."""
+        return [Promoted(*r) for r in self._promote(task_ids, now, successors, keys=True)]
+
+    def _promote(
+        self, task_ids: Sequence[str], now: float, successors: Sequence[Task], *, keys: bool
+    ) -> list[Row]:
+        """Promote in one transaction; the moved rows (every column, or the :class:`Promoted`
+        keys; ``id`` first) in *task_ids* order."""
         now_us = to_us(now)
         succ_rows = []
         for s in successors:
@@ -479,7 +503,7 @@ class PostgresStore(Store):
             return []
 
         on_server = self._clocks.active
-        sql = (_PROMOTE_SERVER if on_server else _PROMOTE_LOCAL).encode()
+        sql = _PROMOTES[on_server, keys].encode()
         server_now: list[int] = []
 
         def work(conn: Conn) -> list[Row]:
@@ -501,9 +525,10 @@ class PostgresStore(Store):
         moved: list[Row] = self._write("promoting tasks", work)
         if on_server and server_now and now_us > server_now[0]:
             self._ahead(now_us, server_now[0])
-        order = {tid: i for i, tid in enumerate(ids)}
-        moved.sort(key=lambda r: order[r[_ID]])
-        return [TASKS.decode(r) for r in moved]
+        if len(moved) > 1:
+            order = {tid: i for i, tid in enumerate(ids)}
+            moved.sort(key=lambda r: order[r[0]])
+        return moved
 
     def claim(
         self, task_id: str, *, expected_version: int, owner: str, lease_expires: float, now: float
