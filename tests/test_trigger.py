@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from timewheel.clock import Clock
+from timewheel.plans import FirePlan, PreparePlan
 from timewheel.ready import ReadyQueue
 from timewheel.stores.base import Changed, Store
 from timewheel.stores.memory import MemoryStore
 from timewheel.stores.sqlite import SQLiteStore
 from timewheel.task import Task, TaskState
 from timewheel.testing import FakeClock
-from timewheel.trigger import FirePlan, PreparePlan, Trigger
+from timewheel.trigger import Trigger
 
 T0 = 1_800_000_000.0
 P, R, RUN = TaskState.PENDING, TaskState.READY, TaskState.RUNNING

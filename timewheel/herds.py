@@ -20,10 +20,10 @@ from datetime import datetime
 from typing import Any
 
 from timewheel.errors import InvalidScheduleError
+from timewheel.plans import Herd
 from timewheel.rules import Misfire, RuleCache, rule_from_spec
 from timewheel.stores.base import Store
 from timewheel.task import TaskState, schedule_of
-from timewheel.trigger import Herd
 
 __all__ = [
     "HerdReport",

@@ -45,6 +45,7 @@ from timewheel.herds import (
     describe_instances,
 )
 from timewheel.jobs import Job
+from timewheel.plans import FirePlan, Herd, PreparePlan
 from timewheel.rules import (
     Misfire,
     Overlap,
@@ -65,7 +66,6 @@ from timewheel.task import (
     schedule_of,
     slot_of,
 )
-from timewheel.trigger import FirePlan, Herd, PreparePlan
 from timewheel.validate import count, seconds
 
 __all__ = [

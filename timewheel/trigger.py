@@ -55,6 +55,7 @@ from timewheel.clock import Clock
 from timewheel.collector import CollectorHold
 from timewheel.errors import DuplicateKeyError, VersionConflictError
 from timewheel.logs import task_extra, task_label
+from timewheel.plans import Herd, InstancePlanner
 from timewheel.ready import ReadyQueue
 from timewheel.retention import Retention
 from timewheel.stores import Promoted, SupportsPromoteKeys
@@ -62,91 +63,12 @@ from timewheel.stores.base import Changed, Store, SupportsNotifications
 from timewheel.task import Task, TaskState
 from timewheel.wheel import TimingWheel, bucket_width
 
-__all__ = ["FirePlan", "Herd", "InstancePlanner", "Outcomes", "PreparePlan", "Trigger", "Waker"]
+__all__ = ["Outcomes", "Trigger", "Waker"]
 
 log = logging.getLogger("timewheel.trigger")
 
 _P = TaskState.PENDING
 _Moved = Task | Promoted  # what a promotion read back: tasks, or only their keys
-
-
-@dataclass(frozen=True, slots=True)
-class FirePlan:
-    """What to do with a batch of fired recurring instances (see :meth:`InstancePlanner.fire`).
-
-    ``run`` are ids to move to READY, ``successors`` the next instances to insert in the same store
-    step, ``skipped`` instances to cancel with the reason, ``missed`` the count of missed runs.
-    ``expected`` maps prepared heads among ``run`` to the version they had when prepared: one
-    promoted with another version was replaced meanwhile, and its successor is asked for again
-    (:meth:`InstancePlanner.repair`).
-    """
-
-    run: list[str]
-    successors: list[Task]
-    skipped: list[tuple[Task, str]]
-    missed: int
-    expected: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class PreparePlan:
-    """What pre-warming a chunk of heads gave (see :meth:`InstancePlanner.prepare`).
-
-    ``prepared`` are the heads whose firing is planned, ``successors`` their next instances to
-    store now, ``deferred`` heads to ask about again later; the others need no preparing.
-    """
-
-    prepared: list[str]
-    successors: list[Task]
-    deferred: list[str]
-
-
-class InstancePlanner(Protocol):
-    """**Protocol:** decides what fired instances of recurring schedules do (``Recurring``)."""
-
-    def fire(self, ids: Sequence[str], now: float) -> FirePlan:
-        """Plan the fired instance ids: which run, which are skipped, the next instances."""
-        ...
-
-    def prepare(self, ids: Sequence[str], now: float) -> PreparePlan:
-        """Prepare heads due soon: their successors, and what firing them will need."""
-        ...
-
-    def forget(self, ids: Sequence[str]) -> None:
-        """Drop what was prepared for *ids* (unindexed, or their successors were not stored)."""
-        ...
-
-    def repair(self, tasks: Sequence[Task], now: float) -> list[Task]:
-        """Successors for prepared heads promoted with an unexpected version (replaced)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Herd:
-    """A second holding a herd of recurring instances, and what pre-warming did for it.
-
-    ``start`` is the second (epoch seconds); ``count`` the instances due in it (when
-    pre-warming began, or now if it has not); ``state`` one of ``"ahead"`` (not yet within
-    ``prewarm_ahead``), ``"warming"``, ``"warm"`` (everything that could be prepared is),
-    ``"firing"`` (its instant came; heads are being promoted) and ``"fired"``. ``prepared``
-    heads have their successor stored (``successors``) and left the wheel for the staging heap;
-    ``deferred`` wait for an earlier instance of their series to fire; ``declined`` needed no
-    preparing (not a fresh head of a running series); ``remaining`` are still to be looked at.
-    ``work`` is the trigger time the slices took, ``slices`` how many there were, and
-    ``longest_slice`` the longest one (seconds).
-    """
-
-    start: float
-    count: int
-    state: str
-    prepared: int = 0
-    successors: int = 0
-    deferred: int = 0
-    declined: int = 0
-    remaining: int = 0
-    work: float = 0.0
-    slices: int = 0
-    longest_slice: float = 0.0
 
 
 @dataclass(slots=True)

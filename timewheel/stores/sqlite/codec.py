@@ -38,6 +38,7 @@ __all__ = [
     "Column",
     "Row",
     "RowCodec",
+    "claimed_fields",
     "from_us",
     "to_us",
     "to_us_optional",
@@ -405,3 +406,17 @@ SCHEDULES: RowCodec[ScheduleRecord] = RowCodec(
     ],
 )
 """The ``schedules`` table."""
+
+
+def claimed_fields(row: Row, owner: str, lease_us: int, now_us: int) -> dict[str, Any]:
+    """The fields a claim changes (RUNNING, one more attempt, the lease, the start), for the
+    decoded snapshot of *row*, read just before the claim."""
+    return {
+        "state": TaskState.RUNNING,
+        "version": row[TASKS.position["version"]] + 1,
+        "attempts": row[TASKS.position["attempts"]] + 1,
+        "lease_owner": owner,
+        "lease_expires": from_us(lease_us),
+        "started": from_us(now_us),
+        "updated": from_us(now_us),
+    }

@@ -1,4 +1,5 @@
-"""Connections to one SQLite file: one per thread and process, their pragmas, and transactions.
+"""Connections to one SQLite file: one per thread and process, their pragmas, and transactions;
+and the ``sqlite://`` URL that says which file and how (:func:`parse_url`).
 
 * **One connection per thread** (``threading.local``), each with ``busy_timeout`` and the
   durability's ``synchronous`` pragma, **closed when its thread ends**: the thread's local storage
@@ -29,8 +30,9 @@ import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import parse_qs, unquote, urlsplit
 
-from timewheel.errors import StoreCorruptError, StoreError
+from timewheel.errors import StoreConfigError, StoreCorruptError, StoreError
 
 __all__ = [
     "JOURNAL_SIZE_LIMIT",
@@ -39,8 +41,10 @@ __all__ = [
     "Mode",
     "configure",
     "connect",
+    "file_size",
     "is_busy",
     "is_corrupt",
+    "parse_url",
     "translate",
 ]
 
@@ -449,3 +453,52 @@ class Connections:
 def _quote_path(path: str) -> str:
     # URI-escape the characters that have a meaning in a file: URI
     return path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+
+
+def parse_url(url: str) -> tuple[str, dict[str, Any]]:
+    """The path and keyword options of an ``sqlite://`` URL (see :meth:`SQLiteStore.from_url`).
+
+    Raises:
+        StoreConfigError: the URL is malformed or names an unknown option.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite":
+        raise StoreConfigError(f"not an sqlite:// URL: {url!r}")
+    if parts.netloc:
+        raise StoreConfigError(
+            f"{url!r} has a host ({parts.netloc!r}); use sqlite:///relative/path or "
+            "sqlite:////absolute/path (SQLite files must be local)"
+        )
+    path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+    if not path:
+        raise StoreConfigError(f"{url!r} names no file; use sqlite:///path/to/file.db")
+    options: dict[str, Any] = {}
+    for k, vs in parse_qs(parts.query, keep_blank_values=True, strict_parsing=False).items():
+        value = vs[-1]
+        if k == "durability":
+            options[k] = value
+        elif k == "busy_timeout":
+            try:
+                options[k] = float(value)
+            except ValueError:
+                raise StoreConfigError(
+                    f"busy_timeout in {url!r} is not a number (got {value!r})"
+                ) from None
+        elif k == "verify":
+            flags = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+            if value.lower() not in flags:
+                raise StoreConfigError(f"verify in {url!r} must be 1 or 0 (got {value!r})")
+            options[k] = flags[value.lower()]
+        else:
+            raise StoreConfigError(
+                f"unknown option {k!r} in {url!r}; known: durability, busy_timeout, verify"
+            )
+    return path, options
+
+
+def file_size(path: str) -> int:
+    """The size of the file at *path* in bytes; 0 when it does not exist (a WAL not yet made)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

@@ -16,7 +16,6 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import parse_qs, unquote, urlsplit
 
 from timewheel import validate
 from timewheel.errors import (
@@ -28,8 +27,23 @@ from timewheel.errors import (
 from timewheel.stores import policy
 from timewheel.stores.base import Changed, Finish, OnConflict, Promoted, Store
 from timewheel.stores.sqlite import schema
-from timewheel.stores.sqlite.codec import SCHEDULES, TASKS, Row, from_us, to_us, upstream_entry
-from timewheel.stores.sqlite.connections import Connections, Durability, is_corrupt, translate
+from timewheel.stores.sqlite.codec import (
+    SCHEDULES,
+    TASKS,
+    Row,
+    claimed_fields,
+    from_us,
+    to_us,
+    upstream_entry,
+)
+from timewheel.stores.sqlite.connections import (
+    Connections,
+    Durability,
+    file_size,
+    is_corrupt,
+    parse_url,
+    translate,
+)
 from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, check_transition
 
 __all__ = ["SQLiteStatistics", "SQLiteStore"]
@@ -475,7 +489,7 @@ class SQLiteStore(Store):
                 "lease_owner = ?, lease_expires = ?, started = ?, updated = ?",
                 (owner, lease_us, now_us, now_us),
             )
-        return TASKS.decode(row, _claimed(row, owner, lease_us, now_us))
+        return TASKS.decode(row, claimed_fields(row, owner, lease_us, now_us))
 
     def claim_next(
         self,
@@ -526,7 +540,7 @@ class SQLiteStore(Store):
         if not rows:
             self._maybe_idle_checkpoint()
             return []
-        return [TASKS.decode(r, _claimed(r, owner, lease_us, now_us)) for r in rows]
+        return [TASKS.decode(r, claimed_fields(r, owner, lease_us, now_us)) for r in rows]
 
     def heartbeat(self, task_id: str, *, owner: str, lease_expires: float, now: float) -> bool:
         lease_us, now_us = to_us(lease_expires), to_us(now)
@@ -970,8 +984,8 @@ class SQLiteStore(Store):
         return SQLiteStatistics(
             path=self.path,
             schema_version=version,
-            size_bytes=_size(self.path),
-            wal_bytes=_size(self.path + "-wal"),
+            size_bytes=file_size(self.path),
+            wal_bytes=file_size(self.path + "-wal"),
             counts=self.count_by_state(),
             schedules=n_sched,
             oldest_ready_age=self.oldest_ready_age(now),
@@ -1060,47 +1074,6 @@ class SQLiteStore(Store):
         return f"SQLiteStore({self.path!r}, durability={self.durability!r}{ro})"
 
 
-def parse_url(url: str) -> tuple[str, dict[str, Any]]:
-    """The path and keyword options of an ``sqlite://`` URL (see :meth:`SQLiteStore.from_url`).
-
-    Raises:
-        StoreConfigError: the URL is malformed or names an unknown option.
-    """
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite":
-        raise StoreConfigError(f"not an sqlite:// URL: {url!r}")
-    if parts.netloc:
-        raise StoreConfigError(
-            f"{url!r} has a host ({parts.netloc!r}); use sqlite:///relative/path or "
-            "sqlite:////absolute/path (SQLite files must be local)"
-        )
-    path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
-    if not path:
-        raise StoreConfigError(f"{url!r} names no file; use sqlite:///path/to/file.db")
-    options: dict[str, Any] = {}
-    for k, vs in parse_qs(parts.query, keep_blank_values=True, strict_parsing=False).items():
-        value = vs[-1]
-        if k == "durability":
-            options[k] = value
-        elif k == "busy_timeout":
-            try:
-                options[k] = float(value)
-            except ValueError:
-                raise StoreConfigError(
-                    f"busy_timeout in {url!r} is not a number (got {value!r})"
-                ) from None
-        elif k == "verify":
-            flags = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
-            if value.lower() not in flags:
-                raise StoreConfigError(f"verify in {url!r} must be 1 or 0 (got {value!r})")
-            options[k] = flags[value.lower()]
-        else:
-            raise StoreConfigError(
-                f"unknown option {k!r} in {url!r}; known: durability, busy_timeout, verify"
-            )
-    return path, options
-
-
 def _reopen(
     path: str, durability: Durability, busy_timeout: float, read_only: bool, verify: bool
 ) -> SQLiteStore:
@@ -1114,19 +1087,6 @@ def _reopen(
     )
 
 
-def _claimed(row: Row, owner: str, lease_us: int, now_us: int) -> dict[str, Any]:
-    """The fields a claim changes, for the decoded snapshot of the claimed *row*."""
-    return {
-        "state": _RUN,
-        "version": row[_VERSION] + 1,
-        "attempts": row[_ATTEMPTS] + 1,
-        "lease_owner": owner,
-        "lease_expires": from_us(lease_us),
-        "started": from_us(now_us),
-        "updated": from_us(now_us),
-    }
-
-
 def _sql_in(n: int) -> str:
     return ",".join("?" * n)
 
@@ -1134,10 +1094,3 @@ def _sql_in(n: int) -> str:
 def _chunks(seq: Sequence[str], n: int = _CHUNK) -> Iterator[Sequence[str]]:
     for i in range(0, len(seq), n):
         yield seq[i : i + n]
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
