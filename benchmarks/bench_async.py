@@ -28,7 +28,8 @@ Instruction counts, which a busy host does not change: ``--piece NAME --n N`` ru
 ``id`` (a generated id), ``record`` (``MemoryStore.add_pending``), ``wheel`` (the wheel insert),
 ``place`` (``Trigger.place``: lock, wheel insert, timer wake), ``submit``
 (``Runtime.submit_compact``: record, placement, count) and ``handle`` (an ``AsyncJob``, made and
-dropped); ``empty`` is the loop around them, to subtract.
+dropped); ``aps4`` is APScheduler 4's ``add_schedule`` as in (a) (with its directory on
+``PYTHONPATH``); ``empty`` is the loop around them, to subtract.
 """
 
 from __future__ import annotations
@@ -207,6 +208,7 @@ PIECES = (
     "place",
     "submit",
     "handle",
+    "aps4",
     "empty",
 )
 
@@ -219,6 +221,16 @@ async def piece(name: str, n: int) -> None:
     """Run one piece of ``await schedule()`` *n* times (see the module docstring)."""
     from timewheel.aio.jobs import AsyncJob
 
+    if name == "aps4":
+        from apscheduler import AsyncScheduler as APSAsyncScheduler
+        from apscheduler.triggers.date import DateTrigger
+
+        async with APSAsyncScheduler() as aps:
+            base = datetime.now(timezone.utc) + timedelta(hours=1)
+            gc.collect()
+            for i in range(n):
+                await aps.add_schedule(noop, DateTrigger(base + timedelta(seconds=i % 1000)))
+        return
     async with AsyncScheduler() as sched:
         runtime = sched.runtime
         store, trigger = runtime.store, runtime.trigger
