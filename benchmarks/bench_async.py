@@ -244,9 +244,9 @@ async def piece(name: str, n: int) -> None:
             for i in range(n):
                 await schedule(noop, delay=3600.0 + (i % 1000))
         elif name == "call_at":
-            call_at, base = loop.call_at, loop.time()
+            call_at, start = loop.call_at, loop.time()
             for i in range(n):
-                handles.append(call_at(base + 3600.0 + (i % 1000), _nothing))
+                handles.append(call_at(start + 3600.0 + (i % 1000), _nothing))
         elif name == "coroutine":
             for i in range(n):
                 await _returns(i)
@@ -269,7 +269,8 @@ async def piece(name: str, n: int) -> None:
         elif name == "submit":
             submit = runtime.submit_compact
             for i in range(n):
-                submit(store, ids[i], noop, (), now + 3600.0 + (i % 1000), now)  # type: ignore[arg-type]
+                due = now + 3600.0 + (i % 1000)
+                submit(store, ids[i], noop, (), due, now, promote_now=True)  # type: ignore[arg-type]
         elif name == "handle":
             for i in range(n):
                 AsyncJob(sched, ids[i])
