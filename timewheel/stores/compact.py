@@ -156,7 +156,12 @@ class CompactRecords:
         if not kept:
             return []
         functions = self._functions
-        return [(functions[rec[2]][0], i) for i, rec in self._records.items() if rec[2] in kept]
+        hits = []
+        for i, rec in self._records.items():
+            number = fields(rec)[2]
+            if number in kept:
+                hits.append((functions[number][0], i))
+        return hits
 
     def tasks(self) -> list[Task]:
         """Every record's task, built on the fly, unordered."""
