@@ -27,7 +27,8 @@ Instruction counts, which a busy host does not change: ``--piece NAME --n N`` ru
 ``call_at`` (asyncio's, for scale), ``coroutine`` (awaiting a coroutine that returns at once),
 ``id`` (a generated id), ``record`` (``MemoryStore.add_pending``), ``wheel`` (the wheel insert),
 ``place`` (``Trigger.place``: lock, wheel insert, timer wake), ``submit``
-(``Runtime.submit_compact``: record, placement, count) and ``handle`` (an ``AsyncJob``, made and
+(``Runtime.submit_compact``: the option check, the clock, record, placement, count; the id is
+taken from a list) and ``handle`` (an ``AsyncJob``, made and
 dropped); ``aps4`` is APScheduler 4's ``add_schedule`` as in (a) (with its directory on
 ``PYTHONPATH``); ``empty`` is the loop around them, to subtract.
 """
@@ -267,10 +268,10 @@ async def piece(name: str, n: int) -> None:
             for i in range(n):
                 place(ids[i], now + 3600.0 + (i % 1000), now)
         elif name == "submit":
-            submit = runtime.submit_compact
+            submit, clock, next_id = runtime.submit_compact, time.time, iter(ids).__next__
+            no_options: dict[str, Any] = {}
             for i in range(n):
-                due = now + 3600.0 + (i % 1000)
-                submit(store, ids[i], noop, (), due, now, promote_now=True)  # type: ignore[arg-type]
+                submit(store, noop, (), 3600.0 + (i % 1000), no_options, clock, next_id)  # type: ignore[arg-type]
         elif name == "handle":
             for i in range(n):
                 AsyncJob(sched, ids[i])
