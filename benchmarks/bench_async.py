@@ -16,8 +16,21 @@ b. end to end: no-op coroutine tasks due now -> done, vs APScheduler 4 ``add_job
    data store and async executor); both with at most 100 at once.
 c. real-clock lateness (start minus due) of 10,000 coroutine tasks due over 10 s, all scheduled
    before the first is due, vs plain ``loop.call_at`` callbacks, one after the other on an
-   otherwise idle process.
+   otherwise idle process; once per round, the order alternating, medians reported (on a shared
+   host one pair of series mostly measures what else ran meanwhile).
 d. bytes per pending coroutine task, 100,000 tasks (tracemalloc, after a ``gc.collect()``).
+
+Instruction counts, which a busy host does not change: ``--piece NAME --n N`` runs one piece of
+``await schedule()`` N times on a started scheduler and nothing else, for ``valgrind
+--tool=cachegrind --cache-sim=no``; the difference of the totals of two runs (N = 10,000 and
+30,000) divided by 20,000 is the cost of one call. Pieces: ``schedule`` (the whole call),
+``call_at`` (asyncio's, for scale), ``coroutine`` (awaiting a coroutine that returns at once),
+``id`` (a generated id), ``record`` (``MemoryStore.add_pending``), ``wheel`` (the wheel insert),
+``place`` (``Trigger.place``: lock, wheel insert, timer wake), ``submit``
+(``Runtime.submit_compact``: the option check, the clock, record, placement, count; the id is
+taken from a list) and ``handle`` (an ``AsyncJob``, made and
+dropped); ``aps4`` is APScheduler 4's ``add_schedule`` as in (a) (with its directory on
+``PYTHONPATH``); ``empty`` is the loop around them, to subtract.
 """
 
 from __future__ import annotations
@@ -185,6 +198,86 @@ async def tw_bytes(n: int) -> float:
         return used / n
 
 
+# -- instruction counts by piece (run under cachegrind) --------------------------------------------------
+PIECES = (
+    "schedule",
+    "call_at",
+    "coroutine",
+    "id",
+    "record",
+    "wheel",
+    "place",
+    "submit",
+    "handle",
+    "aps4",
+    "empty",
+)
+
+
+async def _returns(x: int) -> int:
+    return x
+
+
+async def piece(name: str, n: int) -> None:
+    """Run one piece of ``await schedule()`` *n* times (see the module docstring)."""
+    from timewheel.aio.jobs import AsyncJob
+
+    if name == "aps4":
+        from apscheduler import AsyncScheduler as APSAsyncScheduler
+        from apscheduler.triggers.date import DateTrigger
+
+        async with APSAsyncScheduler() as aps:
+            base = datetime.now(timezone.utc) + timedelta(hours=1)
+            gc.collect()
+            for i in range(n):
+                await aps.add_schedule(noop, DateTrigger(base + timedelta(seconds=i % 1000)))
+        return
+    async with AsyncScheduler() as sched:
+        runtime = sched.runtime
+        store, trigger = runtime.store, runtime.trigger
+        now = time.time()
+        ids = [f"piece-{i}" for i in range(n)]
+        loop = asyncio.get_running_loop()
+        handles = []
+        gc.collect()
+        if name == "schedule":
+            schedule = sched.schedule
+            for i in range(n):
+                await schedule(noop, delay=3600.0 + (i % 1000))
+        elif name == "call_at":
+            call_at, start = loop.call_at, loop.time()
+            for i in range(n):
+                handles.append(call_at(start + 3600.0 + (i % 1000), _nothing))
+        elif name == "coroutine":
+            for i in range(n):
+                await _returns(i)
+        elif name == "id":
+            new_id = sched._new_id
+            for _ in range(n):
+                new_id()
+        elif name == "record":
+            add = store.add_pending  # type: ignore[attr-defined]
+            for i in range(n):
+                add(ids[i], noop, (), now + 3600.0 + (i % 1000), now)
+        elif name == "wheel":
+            wheel_add = trigger.wheel.add
+            for i in range(n):
+                wheel_add(ids[i], now + 3600.0 + (i % 1000))
+        elif name == "place":
+            place = trigger.place
+            for i in range(n):
+                place(ids[i], now + 3600.0 + (i % 1000), now)
+        elif name == "submit":
+            submit, clock, next_id = runtime.submit_compact, time.time, iter(ids).__next__
+            no_options: dict[str, Any] = {}
+            for i in range(n):
+                submit(store, noop, (), 3600.0 + (i % 1000), no_options, clock, next_id)  # type: ignore[arg-type]
+        elif name == "handle":
+            for i in range(n):
+                AsyncJob(sched, ids[i])
+        del handles  # not cancelled one by one: the loop drops them as it closes
+
+
 # -- APScheduler 4 in a child process ---------------------------------------------------------------------
 def _child(what: str, n: int, aps4_path: str) -> float:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([aps4_path, *sys.path])}
@@ -209,9 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aps4-path", help="a directory holding APScheduler 4 (pip --target)")
     ap.add_argument("--quick", action="store_true", help="small sizes, one round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--piece", choices=PIECES, help="run one piece N times (for cachegrind)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, default=0, help="how many times --piece runs")
     args = ap.parse_args(argv)
+    if args.piece:
+        asyncio.run(piece(args.piece, args.n))
+        return 0
     if args.child:
         _child_main(args.child, args.n)
         return 0
@@ -232,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a: dict[str, list[float]] = {"timewheel": [], "call_at": [], "aps4": []}
     b: dict[str, list[float]] = {"timewheel": [], "aps4": []}
+    c: dict[str, list[dict[str, float]]] = {"timewheel": [], "call_at": []}
     for r in range(rounds):
         a["timewheel"].append(asyncio.run(tw_schedule(n_sched)))
         a["call_at"].append(asyncio.run(call_at_schedule(n_sched)))
@@ -239,15 +337,21 @@ def main(argv: list[str] | None = None) -> int:
         if aps4:
             a["aps4"].append(_child("schedule", n_aps_sched, aps4))
             b["aps4"].append(_child("e2e", n_aps_e2e, aps4))
+        # (c) once per round, which series goes first alternating
+        for which in ("timewheel", "call_at") if r % 2 == 0 else ("call_at", "timewheel"):
+            late = tw_lateness if which == "timewheel" else call_at_lateness
+            c[which].append(asyncio.run(late(n_late, window)))
         print(
             f"round {r + 1}: a (us/call) "
             + ", ".join(f"{k} {v[-1]:.2f}" for k, v in a.items() if v)
             + "; b (tasks/s) "
-            + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in b.items() if v),
+            + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in b.items() if v)
+            + "; c p99 (ms) "
+            + ", ".join(f"{k} {v[-1]['p99']:.2f}" for k, v in c.items()),
             flush=True,
         )
-    late_tw = asyncio.run(tw_lateness(n_late, window))
-    late_call_at = asyncio.run(call_at_lateness(n_late, window))
+    late_tw = {q: statistics.median(x[q] for x in c["timewheel"]) for q in ("p50", "p99", "max")}
+    late_call_at = {q: statistics.median(x[q] for x in c["call_at"]) for q in ("p50", "p99", "max")}
     per_task = asyncio.run(tw_bytes(n_mem))
 
     med = {k: statistics.median(v) for k, v in a.items() if v}
@@ -267,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     if "aps4" in e2e:
         rows.append(f"    APScheduler 4 add_job {e2e['aps4']:,.0f} ({n_aps_e2e:,} jobs)")
     rows += [
-        f"(c) real-clock lateness, {n_late:,} tasks over {window:g} s, ms p50 / p99 / max",
+        f"(c) real-clock lateness, {n_late:,} tasks over {window:g} s, ms p50 / p99 / max "
+        f"(medians of {rounds})",
         "    timewheel {p50:.2f} / {p99:.2f} / {max:.2f}".format(**late_tw),
         "    loop.call_at {p50:.2f} / {p99:.2f} / {max:.2f}".format(**late_call_at),
         f"(d) bytes per pending coroutine task ({n_mem:,}): {per_task:.0f}",

@@ -22,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from timewheel.errors import DuplicateKeyError, TaskNotFoundError, TimewheelError
 from timewheel.stores import memory
+from timewheel.stores.compact import RECORD, fields
 from timewheel.stores.memory import MemoryStore
 from timewheel.task import Task, TaskState
 
@@ -158,7 +159,7 @@ class CompactVersusFull(RuleBasedStateMachine):
     def function_table_counts_the_records(self) -> None:
         records = self.compact._lite._records
         functions = self.compact._lite._functions
-        uses = Counter(rec[2] for rec in records.values())
+        uses = Counter(fields(rec)[2] for rec in records.values())
         assert {fid: use[1] for fid, use in functions.items()} == dict(uses)
         for fid, (func, _, shared) in functions.items():
             assert id(func) == fid == shared
@@ -231,8 +232,14 @@ def test_compact_records_are_not_tracked_by_the_cyclic_gc() -> None:
     records = s._lite._records
     assert not gc.is_tracked(records["a"])
     assert gc.is_tracked(records["b"])  # its arguments hold a list
-    assert records["a"][2] is records["b"][2]  # one int object per function, not per record
+    # one object per record without arguments (no tuple, no float, no int of its own) ...
+    assert type(records["a"]) is bytes
+    assert len(records["a"]) == RECORD.size
+    # ... and one int object per function, not per record, in those with arguments
+    s.add_pending("c", work, (2,), 110.0, 100.0)
+    assert records["b"][2] is records["c"][2] == fields(records["a"])[2] == id(work)
     assert s.get("a").func is work
+    s._lite._check()
 
 
 @pytest.mark.parametrize("end", ["promote", "cancel", "delete", "replace", "prune"])

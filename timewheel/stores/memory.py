@@ -49,7 +49,7 @@ class MemoryStore(Store):
 
     Compact pending tasks: :meth:`add_pending` (the path ``Scheduler.schedule`` takes for a
     one-shot task with default options) keeps a fresh PENDING task as a small record
-    (:class:`~timewheel.stores.compact.CompactRecords`), about a third of a :class:`Task`
+    (:class:`~timewheel.stores.compact.CompactRecords`), about a fifth of a :class:`Task`
     snapshot. Reads see an ordinary Task built on the fly; the first change (promotion to READY,
     cancellation, replacement) stores the full snapshot.
 
