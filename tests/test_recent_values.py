@@ -30,5 +30,5 @@ def test_storage_stops_growing_at_capacity() -> None:
         window.append(float(i))
     assert window.nbytes == full
     assert len(window) == 1000
-    assert min(window) == 49_000.0 and max(window) == 49_999.0
-
+    assert min(window) == 49_000.0
+    assert max(window) == 49_999.0

@@ -39,7 +39,6 @@ LATENESS_SAMPLE = 10_000
 ended tasks (the counts cover every task)."""
 
 
-
 class RecentValues:
     """The latest *capacity* floats appended, in one flat array of doubles: a bounded window
     (a scheduler's recent lateness) that allocates nothing per value once it is full.
