@@ -5,7 +5,8 @@ due up to a second later; one in twenty raises), beside ``--recurring`` schedule
 second, with a short retention (``--keep`` seconds) so retention and WAL maintenance work during
 the run. Every few seconds it samples the process: RSS, Python objects (``gc.get_objects()``),
 Python allocator blocks in use (``sys.getallocatedblocks()``, which counts objects that the
-garbage collector does not track too, such as floats and strings), open file descriptors, threads, and the database and WAL sizes. At the end it prints:
+garbage collector does not track too, such as floats and strings), open file descriptors,
+threads, and the database and WAL sizes. At the end it prints:
 
 * slopes over the second half of the run (after warm-up), per task scheduled: RSS bytes, Python
   objects and allocator blocks, database bytes; a bounded process has slopes near zero;
