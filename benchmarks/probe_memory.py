@@ -8,9 +8,9 @@ every ``--every`` seconds prints, after ``gc.collect()``:
 * ``blocks``: ``sys.getallocatedblocks()``, the blocks Python's small-object allocator hands out
   (every object up to 512 bytes, tracked by the garbage collector or not);
 * ``pyarenas``: that allocator's 1 MiB arenas currently mapped (``sys._debugmallocstats``);
-* ``malloc used / free / heap``: glibc's ``mallinfo2()`` over all its arenas: bytes in use, bytes
-  free inside its heaps, and the heaps' total size (what ``malloc`` took from the system; RSS
-  follows it);
+* ``malloc used / free / heap / mapped``: glibc's ``mallinfo2()`` over all its arenas: bytes in
+  use, bytes free inside its heaps, the heaps' total size (what ``malloc`` took from the system
+  with ``brk``/for its arenas; RSS follows it) and the bytes of blocks it mapped one by one;
 * with ``--tracemalloc``: the memory ``tracemalloc`` traces (every Python allocation, large ones
   included), started once ``--trace-at`` seconds passed (after the retention period); snapshots
   taken at ``--snap-a`` seconds and at the end are compared by traceback (``--frames`` deep) and
@@ -100,8 +100,8 @@ def line(start: float, n: int) -> str:
     info = mallinfo()
     if info is not None:
         text += (
-            f" malloc used/free/heap={info.uordblks / mib:.2f}/{info.fordblks / mib:.2f}/"
-            f"{info.arena / mib:.2f}"
+            f" malloc used/free/heap/mapped={info.uordblks / mib:.2f}/{info.fordblks / mib:.2f}/"
+            f"{info.arena / mib:.2f}/{info.hblkhd / mib:.2f}"
         )
     if tracemalloc.is_tracing():
         text += f" traced={tracemalloc.get_traced_memory()[0] / mib:.3f}"
