@@ -4,10 +4,12 @@ For each store, a producer schedules one-shot tasks at a steady rate (``--rate``
 due up to a second later; one in twenty raises), beside ``--recurring`` schedules that run every
 second, with a short retention (``--keep`` seconds) so retention and WAL maintenance work during
 the run. Every few seconds it samples the process: RSS, Python objects (``gc.get_objects()``),
-open file descriptors, threads, and the database and WAL sizes. At the end it prints:
+Python allocator blocks in use (``sys.getallocatedblocks()``, which counts objects that the
+garbage collector does not track too, such as floats and strings), open file descriptors,
+threads, and the database and WAL sizes. At the end it prints:
 
 * slopes over the second half of the run (after warm-up), per task scheduled: RSS bytes, Python
-  objects, database bytes; a bounded process has slopes near zero;
+  objects and allocator blocks, database bytes; a bounded process has slopes near zero;
 * lateness (start minus due) p50 and p99 of the one-shot runs;
 * lost runs (one-shot tasks scheduled that never ran) and duplicated runs (ran twice): both must
   be zero; and how many runs the recurring schedules made.
@@ -45,6 +47,7 @@ import os
 import random
 import sqlite3
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -105,6 +108,7 @@ class Sample:
     scheduled: int
     rss: int
     objects: int
+    blocks: int
     fds: int
     threads: int
     db: int
@@ -183,6 +187,7 @@ def soak(
                     scheduled=n,
                     rss=rss_bytes(),
                     objects=len(gc.get_objects()),
+                    blocks=sys.getallocatedblocks(),
                     fds=len(os.listdir("/proc/self/fd")),
                     threads=threading.active_count(),
                     db=size(db),
@@ -232,6 +237,10 @@ def report(out: Outcome) -> None:
     print(
         f"  objects slope  {slope(xs, [float(s.objects) for s in half]):+9.4f} objects/task "
         f"(at the end {last.objects:,})"
+    )
+    print(
+        f"  blocks slope   {slope(xs, [float(s.blocks) for s in half]):+9.4f} blocks/task "
+        f"(Python allocator blocks in use, sys.getallocatedblocks(): {last.blocks:,} at the end)"
     )
     print(
         f"  database slope {slope(xs, [float(s.db) for s in half]):+9.2f} B/task "

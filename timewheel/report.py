@@ -7,7 +7,10 @@ here reads through :class:`~timewheel.stores.base.SupportsInspection`; nothing s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import sys
+import threading
+from array import array
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from timewheel.stores.base import Store, SupportsInspection
@@ -18,6 +21,7 @@ __all__ = [
     "HERD_FACTOR",
     "HERD_MIN",
     "LATENESS_SAMPLE",
+    "RecentValues",
     "activity_report",
     "herd_behind",
     "load_report",
@@ -33,6 +37,52 @@ HERD_EXAMINED = 10_000
 LATENESS_SAMPLE = 10_000
 """:func:`activity_report` takes start lateness percentiles over at most this many of the latest
 ended tasks (the counts cover every task)."""
+
+
+class RecentValues:
+    """The latest *capacity* floats appended, in one flat array of doubles: a bounded window
+    (a scheduler's recent lateness) that allocates nothing per value once it is full.
+
+    A ``deque(maxlen=...)`` of floats holds a 24-byte float object per value and allocates a new
+    one for each value appended; here a value is 8 bytes in place and the storage stops growing at
+    *capacity*. Iteration yields the kept values, oldest first once the window has wrapped.
+    :meth:`append` may be called from any thread.
+    """
+
+    __slots__ = ("_lock", "_next", "_values", "capacity")
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, not {capacity}")
+        self.capacity = capacity
+        self._values = array("d")
+        self._next = 0  # the slot the next value overwrites once full
+        self._lock = threading.Lock()
+
+    def append(self, value: float) -> None:
+        """Keep *value*, dropping the oldest value when the window is full."""
+        with self._lock:
+            values = self._values
+            if len(values) < self.capacity:
+                values.append(value)
+            else:
+                values[self._next] = value
+                self._next = (self._next + 1) % self.capacity
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[float]:
+        with self._lock:
+            values, cut = self._values, self._next
+            return iter(values[cut:] + values[:cut])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the window's storage takes (``sys.getsizeof`` of its array: its allocation,
+        over-allocation included), which stops growing once the window is full."""
+        return sys.getsizeof(self._values)
+
 
 _RAN = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.TIMED_OUT})
 _FAILED = frozenset({TaskState.FAILED, TaskState.TIMED_OUT, TaskState.UPSTREAM_FAILED})

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,7 +28,7 @@ from timewheel.options import BIG_DELAY, PLAIN_NUMBERS, fast_at, prepare_many
 from timewheel.ready import ReadyQueue
 from timewheel.recurring import Recurring
 from timewheel.refs import Allowlist, permit_imports
-from timewheel.report import percentile
+from timewheel.report import RecentValues, percentile
 from timewheel.retention import Retention
 from timewheel.stores.base import (
     Changed,
@@ -138,7 +137,7 @@ class Runtime:
         #: True between the scheduler's start and its shutdown
         self.running = False
         #: start minus due time of the most recent runs, seconds
-        self.lateness: deque[float] = deque(maxlen=100_000)
+        self.lateness = RecentValues(100_000)
         self._resolved: dict[str, Callable[..., Any]] = {}
         if allow is None:
             allow = Allowlist() if store.durable else Allowlist.everything()
