@@ -337,7 +337,7 @@ class PgQueuer:
             qm = QueueManager(Queries(PsycopgDriver(conn)))
             j = jobs()
 
-            @qm.entrypoint("noop")
+            @qm.entrypoint("noop")  # type: ignore[untyped-decorator,unused-ignore]
             async def noop(job: Any) -> None:
                 a = json.loads(job.payload)
                 if len(a) == 2:
@@ -372,7 +372,7 @@ def procrastinate_app(dsn: str) -> Any:
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
     j = jobs()
 
-    @app.task(name="noop")
+    @app.task(name="noop")  # type: ignore[untyped-decorator,unused-ignore]
     def noop(i: int, due: float | None = None) -> None:
         if due is None:
             j.noop_job(i)
