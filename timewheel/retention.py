@@ -44,13 +44,23 @@ from typing import Literal, Protocol
 from timewheel.stores.base import Store, SupportsMaintenance
 
 __all__ = [
+    "DURABLE_BATCH",
     "DURABLE_KEEP_FINISHED",
+    "MEMORY_BATCH",
     "MEMORY_KEEP_FINISHED",
     "Handle",
     "KeepFinished",
     "Retention",
     "keep_finished_seconds",
 ]
+
+MEMORY_BATCH = 500
+"""Most finished tasks one retention pass deletes from a store only this process uses."""
+
+DURABLE_BATCH = 250
+"""Most finished tasks one retention pass deletes from a durable store: deleting a row updates
+every index of the table, and 500 rows made the longest pass about 27 ms of CPU on SQLite (250:
+about 14 ms; ``benchmarks/bench_soak.py --prune-sqlite``), all of it in the trigger's thread."""
 
 MEMORY_KEEP_FINISHED = 3600.0
 """Default retention of finished tasks on a store only this process uses (memory): one hour."""
@@ -112,7 +122,8 @@ class Retention:
         store: where the tasks live.
         keep: seconds a finished task is kept after it ended; ``None`` keeps them forever (passes
             then only do the store's maintenance).
-        batch: most tasks deleted per pass.
+        batch: most tasks deleted per pass (default :data:`DURABLE_BATCH` on a durable store,
+            :data:`MEMORY_BATCH` otherwise).
         interval: least seconds between two passes, unless the last one deleted a full batch.
         pause: seconds between two passes while a backlog is worked off (after a full batch).
         maintain_interval: most seconds between two maintenance calls, for stores that have
@@ -126,13 +137,15 @@ class Retention:
         store: Store,
         keep: float | None,
         *,
-        batch: int = 500,
+        batch: int | None = None,
         interval: float = 5.0,
         maintain_interval: float = 120.0,
         pause: float = 0.01,
     ) -> None:
         self.store = store
         self.keep = keep
+        if batch is None:
+            batch = DURABLE_BATCH if store.durable else MEMORY_BATCH
         self.batch = batch
         self.interval = interval
         self.maintain_interval = maintain_interval
