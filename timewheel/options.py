@@ -39,6 +39,7 @@ __all__ = [
     "conflict_policy",
     "due_time",
     "fast_at",
+    "id_maker",
     "prepare",
     "prepare_many",
     "unknown_options",
@@ -161,6 +162,16 @@ def due_time(now: float, delay: object, at: object, has_after: bool) -> float:
     )
 
 
+def _uuid_hex() -> str:
+    return uuid.uuid4().hex
+
+
+def id_maker(durable: bool, new_id: Callable[[], str]) -> Callable[[], str]:
+    """What names a new task without an ``id=``: a random UUID on a durable store (unique across
+    the processes sharing it), the scheduler's own *new_id* otherwise."""
+    return _uuid_hex if durable else new_id
+
+
 def build_task(
     func: Callable[..., Any] | str,
     args: tuple[Any, ...],
@@ -226,7 +237,7 @@ def build_task(
     if when not in WHEN_VALUES:
         raise InvalidScheduleError(f"when must be one of {WHEN_VALUES} (got {when!r})")
     if id is None:
-        id = uuid.uuid4().hex if durable else new_id()
+        id = id_maker(durable, new_id)()
     elif not isinstance(id, str) or not id:
         raise InvalidScheduleError(f"id must be a non-empty string (got {id!r})")
     return Task(
@@ -388,11 +399,6 @@ def _item(spec: object) -> tuple[Callable[..., Any] | str, tuple[Any, ...], dict
     return func, tuple(args), opts
 
 
-def _uuid_hex() -> str:
-    """A new random id, unique across processes (what durable stores' tasks get)."""
-    return uuid.uuid4().hex
-
-
 def _one_shot(options: Mapping[str, Any]) -> None:
     """Refuse the options of recurring schedules in a ``schedule_many`` call."""
     recurring = sorted((RECURRING_ONLY | {"cron", "every"}) & options.keys())
@@ -467,7 +473,7 @@ def prepare_many(
     # share everything but the id and the arguments with the first such item of their function:
     # its reference, allowlist check and options are worked out once.
     templates: dict[Any, Task] = {}
-    make_id = _uuid_hex if durable else new_id
+    make_id = id_maker(durable, new_id)
     tasks: list[Task] = []
     first: dict[str, int] = {}
     for index, spec in enumerate(specs):

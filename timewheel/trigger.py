@@ -643,7 +643,10 @@ class Trigger:
             self._repair(moved, expected, now)
         if len(moved) != len(ids):
             self._reindex_unmoved(ids, moved)
-        self._left_in_store(promoted) if promoted else self.enqueue(tasks)
+        if promoted:
+            self._left_in_store(promoted)
+        else:
+            self.enqueue(tasks)
 
     def _repair(self, moved: Sequence[_Moved], expected: Mapping[str, int], now: float) -> None:
         """Prepared heads promoted with another version than planned were replaced since (in
@@ -661,8 +664,16 @@ class Trigger:
     def _left_in_store(self, moved: Sequence[Promoted]) -> None:
         """:meth:`enqueue` for tasks it would not queue: READY in the store, refilled later."""
         if any(self.served is None or m.queue in self.served for m in moved):
-            self.backlog = True
-            self._overflowed += 1  # (a refill running meanwhile keeps the flag)
+            self._to_backlog()
+        self._wake_for_backlog()
+
+    def _to_backlog(self) -> None:
+        """A served READY task stays in the store, for a refill in due order."""
+        self.backlog = True
+        self._overflowed += 1  # a refill reading the store meanwhile keeps the flag set
+
+    def _wake_for_backlog(self) -> None:
+        """Have the loop refill now, rather than at its next planned wake-up, once it is due."""
         if self.backlog and self._refill_due() and self.waker is not None:
             self.waker.wake(None)
 
@@ -684,12 +695,11 @@ class Trigger:
             if not self.backlog and ready.put(task):
                 any_put = True
             else:
-                self.backlog = True  # stays READY in the store; refilled in due order
-                self._overflowed += 1
+                self._to_backlog()
         if any_put and self.on_ready is not None:
             self.on_ready()
-        elif self.backlog and self._refill_due() and self.waker is not None:
-            self.waker.wake(None)  # the loop refills now rather than at its next planned wake-up
+        else:
+            self._wake_for_backlog()
 
     def _skip(self, task: Task, why: str, now: float) -> None:
         try:

@@ -6,6 +6,7 @@ terminated, the network dropped) or the transaction loses a race the database re
 deadlock, a serialization failure, a unique key taken by a concurrent insert), the whole
 transaction is rolled back and run again on a fresh connection, with exponential backoff, up to
 ``retries`` times; then a :class:`~timewheel.errors.StoreError` says what was being done.
+:func:`parse_url` reads the ``postgresql://`` URL a store is opened with.
 
 Credentials never leave this module: :func:`redact` is the only form of the connection string
 used in messages and ``repr``, and error texts are scrubbed of the password before they are
@@ -21,16 +22,16 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg_pool
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from timewheel.errors import StoreError
+from timewheel.errors import StoreConfigError, StoreError
 
-__all__ = ["APPLICATION_NAME", "Connections", "password_of", "redact"]
+__all__ = ["APPLICATION_NAME", "Connections", "parse_url", "password_of", "redact"]
 
 log = logging.getLogger("timewheel.stores.postgres")
 
@@ -244,3 +245,33 @@ class Connections:
             pool, self._pool = self._pool, None
         if pool is not None and self._pid == os.getpid():
             pool.close()
+
+
+# the store's own options in a postgresql:// URL (the rest is libpq's)
+_OPTIONS = ("schema", "pool_size", "retries", "connect_timeout")
+
+
+def parse_url(url: str) -> tuple[str, dict[str, Any]]:
+    """The libpq connection string and the store's options of a ``postgresql://`` URL.
+
+    Raises:
+        StoreConfigError: an option is malformed.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "postgresql":
+        raise StoreConfigError("not a postgresql:// URL")
+    options: dict[str, Any] = {}
+    rest: list[tuple[str, str]] = []
+    for k, v in parse_qsl(parts.query, keep_blank_values=True):
+        if k not in _OPTIONS:
+            rest.append((k, v))
+        elif k == "schema":
+            options[k] = v
+        else:
+            try:
+                options[k] = float(v) if k == "connect_timeout" else int(v)
+            except ValueError:
+                raise StoreConfigError(
+                    f"{k} in the store URL is not a number (got {v!r})"
+                ) from None
+    return urlunsplit(parts._replace(query=urlencode(rest))), options

@@ -15,7 +15,6 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
@@ -31,9 +30,17 @@ from timewheel.stores import policy
 from timewheel.stores.base import Changed, Finish, OnConflict, Promoted, Store, WorkListener
 from timewheel.stores.postgres import schema
 from timewheel.stores.postgres.clocks import CLOCK_WARNING, ServerClocks, measure
-from timewheel.stores.postgres.connections import Conn, Connections
+from timewheel.stores.postgres.connections import Conn, Connections, parse_url
 from timewheel.stores.postgres.notify import Listener, channel, many_payload, ready_payload
-from timewheel.stores.sqlite.codec import SCHEDULES, TASKS, Row, from_us, to_us, upstream_entry
+from timewheel.stores.sqlite.codec import (
+    SCHEDULES,
+    TASKS,
+    Row,
+    decode_dependents,
+    from_us,
+    to_us,
+    upstream_entry,
+)
 from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, check_transition
 
 __all__ = ["CLOCK_WARNING", "PostgresStore"]
@@ -101,7 +108,6 @@ _PROMOTES = {
     for server in (False, True)
     for keys in (False, True)
 }
-_OPTIONS = ("schema", "pool_size", "retries", "connect_timeout")
 
 
 class PostgresStore(Store):
@@ -997,8 +1003,7 @@ class PostgresStore(Store):
             _SEL + " WHERE after IS NOT NULL AND strpos(after, %s) > 0 ORDER BY id",
             (upstream_entry(task_id),),
         )
-        found = (TASKS.decode(r) for r in rows)
-        return [t for t in found if task_id in t.after][: max(limit, 0)]
+        return decode_dependents(rows, task_id, limit)
 
     # -- lifecycle --------------------------------------------------------------------------------
     @classmethod
@@ -1045,32 +1050,6 @@ class PostgresStore(Store):
     def __repr__(self) -> str:
         ro = ", read_only=True" if self.read_only else ""
         return f"PostgresStore({self.where!r}, schema={self.schema!r}{ro})"
-
-
-def parse_url(url: str) -> tuple[str, dict[str, Any]]:
-    """The libpq connection string and the store's options of a ``postgresql://`` URL.
-
-    Raises:
-        StoreConfigError: an option is malformed.
-    """
-    parts = urlsplit(url)
-    if parts.scheme != "postgresql":
-        raise StoreConfigError("not a postgresql:// URL")
-    options: dict[str, Any] = {}
-    rest: list[tuple[str, str]] = []
-    for k, v in parse_qsl(parts.query, keep_blank_values=True):
-        if k not in _OPTIONS:
-            rest.append((k, v))
-        elif k == "schema":
-            options[k] = v
-        else:
-            try:
-                options[k] = float(v) if k == "connect_timeout" else int(v)
-            except ValueError:
-                raise StoreConfigError(
-                    f"{k} in the store URL is not a number (got {v!r})"
-                ) from None
-    return urlunsplit(parts._replace(query=urlencode(rest))), options
 
 
 def _reopen(

@@ -20,6 +20,7 @@ tick. ``started`` is NULL until a task's first run.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import operator
@@ -39,6 +40,7 @@ __all__ = [
     "Row",
     "RowCodec",
     "claimed_fields",
+    "decode_dependents",
     "from_us",
     "to_us",
     "to_us_optional",
@@ -156,8 +158,16 @@ def _dec_after(s: str | None) -> tuple[str, ...]:
 
 def upstream_entry(task_id: str) -> str:
     """How *task_id* appears inside a stored ``after`` column (a JSON string): a substring
-    search for it finds every task naming it, and a few whose ids merely contain it."""
+    search for it finds every task naming it, and a few whose ids merely contain it (see
+    :func:`decode_dependents`)."""
     return _dumps(task_id)
+
+
+def decode_dependents(rows: Iterable[Row], task_id: str, limit: int) -> list[Task]:
+    """The first *limit* tasks of *rows* (found by a substring search for
+    :func:`upstream_entry`) that really name *task_id* in their ``after``; decoding stops there."""
+    found = (TASKS.decode(r) for r in rows)
+    return list(itertools.islice((t for t in found if task_id in t.after), max(limit, 0)))
 
 
 def _enc_timeout(v: float | None) -> float | None:

@@ -32,6 +32,7 @@ from timewheel.stores.sqlite.codec import (
     TASKS,
     Row,
     claimed_fields,
+    decode_dependents,
     from_us,
     to_us,
     upstream_entry,
@@ -974,8 +975,7 @@ class SQLiteStore(Store):
             "AND instr(after, ?) > 0 ORDER BY id",
             (upstream_entry(task_id),),
         )
-        found = (TASKS.decode(r) for r in rows)
-        return [t for t in found if task_id in t.after][: max(limit, 0)]
+        return decode_dependents(rows, task_id, limit)
 
     def statistics(self, now: float) -> SQLiteStatistics:
         """A snapshot for ``timewheel inspect``: counts, sizes, lag, unresolvable references."""
