@@ -1,4 +1,5 @@
-"""``PostgresStore.insert`` in one autocommitted statement, and what it leaves to a transaction.
+"""``PostgresStore.insert`` in one autocommitted statement, and what it leaves to a transaction;
+a promotion in one autocommitted statement.
 
 Every on_conflict mode against a free id, an existing task, a running one and an id taken by a
 transaction that commits while the statement waits; tasks with upstream tasks; several threads
@@ -19,7 +20,7 @@ from psycopg import sql
 
 from timewheel.errors import DuplicateKeyError, VersionConflictError
 from timewheel.stores.base import OnConflict
-from timewheel.stores.postgres import PostgresStore
+from timewheel.stores.postgres import PostgresStore, inserts
 from timewheel.stores.postgres.connections import Connections
 from timewheel.stores.sqlite.codec import TASKS
 from timewheel.task import Task, TaskState
@@ -160,8 +161,8 @@ def _waiting(dsn: str, n: int = 1) -> bool:
     return False
 
 
-@pytest.mark.parametrize("mode", ["keep", "error"])
-def test_an_id_committed_while_the_statement_waits_goes_to_the_transaction(
+@pytest.mark.parametrize("mode", ["keep", "error", "replace"])
+def test_an_id_committed_while_the_insert_waits(
     postgres_schemas: Schemas, runs: list[tuple[str, bool]], mode: OnConflict
 ) -> None:
     dsn, name = postgres_schemas()
@@ -182,14 +183,49 @@ def test_an_id_committed_while_the_statement_waits_goes_to_the_transaction(
         other.commit()
         other.close()
         t.join(10)
-        # the statement saw the conflict but not the row (committed after its snapshot)
-        assert runs == [("inserting a task", True), ("inserting a task", False)]
+        ran = list(runs)
+        stored = pg.get("a")
         if mode == "keep":
-            assert out == [pg.get("a")]
-            assert pg.get("a").due == 100.0
-        else:
+            assert ran == [("inserting a task", True)]  # the second statement reads the row
+            assert out == [stored]
+            assert stored.due == 100.0
+        elif mode == "error":
+            assert ran == [("inserting a task", True)]
             assert len(out) == 1
             assert isinstance(out[0], DuplicateKeyError)
+        else:
+            assert ran == [("inserting a task", True), ("inserting a task", False)]
+            assert out == [stored]
+            assert (stored.due, stored.version) == (500.0, 1)
+
+
+class _DeletedAfterTheInsert:
+    """A connection on which the task holding the id is deleted right after the insert met it."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def execute(self, query: Any, params: Any = ()) -> Any:
+        cur = self.conn.execute(query, params)
+        if query == inserts.INSERT_NEW:
+            self.conn.execute("DELETE FROM tasks WHERE id = %s", (params[0],))
+        return cur
+
+
+def test_a_task_deleted_between_the_two_statements_is_inserted_by_the_transaction(
+    pg: PostgresStore, runs: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pg.insert(_task("a", due=100.0))
+    real = inserts.insert_new
+    racing: Any = _DeletedAfterTheInsert
+    monkeypatch.setattr(
+        inserts, "insert_new", lambda conn, row, mode: real(racing(conn), row, mode)
+    )
+    runs.clear()
+    got = pg.insert(_task("a", due=500.0), on_conflict="keep").task
+    assert runs == [("inserting a task", True), ("inserting a task", False)]
+    assert got == pg.get("a")
+    assert (got.due, got.version) == (500.0, 0)
 
 
 @pytest.mark.parametrize("mode", ["error", "keep", "replace"])
@@ -233,3 +269,20 @@ def test_threads_inserting_one_id_at_once(pg: PostgresStore, mode: OnConflict) -
         assert final.version == n - 1
         assert sorted(t.version for t in tasks) == list(range(n))
         assert final in tasks
+
+
+def test_a_promotion_alone_is_one_autocommitted_statement(
+    pg: PostgresStore, runs: list[tuple[str, bool]]
+) -> None:
+    pg.insert(_task("a", due=100.0))
+    runs.clear()
+    assert [t.id for t in pg.promote(["a"], 200.0)] == ["a"]
+    assert runs == [("promoting tasks", True)]
+    pg.promote([], 200.0, successors=[_task("b", due=300.0)])  # with successors: a transaction
+    assert runs[-1] == ("promoting tasks", False)
+    assert pg.get("b").state is TaskState.PENDING
+    # its commit skipped the WAL flush, and only its own: the pooled connections still flush
+    settings = {
+        r[0] for _ in range(4) for r in pg.read_rows("SELECT current_setting('synchronous_commit')")
+    }
+    assert settings == {"on"}
