@@ -3,7 +3,8 @@
 Every system runs in a database of its own, created for the run and dropped after it, on the
 same server, with no-op jobs. For each system:
 
-* **enqueue one by one**: jobs/s, each job its own call and commit;
+* **enqueue one by one**: jobs/s, each job its own call and commit, the systems taking turns
+  in ``--one-rounds`` rounds (so they meet the same load of the machine);
 * **batched enqueue**: jobs/s, ``--batch`` jobs per call (timewheel: ``schedule_many``);
 * **end to end**: jobs/s with ``--workers`` worker processes draining jobs enqueued (due now)
   before they start, from the start signal to the last completion;
@@ -37,7 +38,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -475,24 +476,33 @@ def available(name: str) -> bool:
 
 
 # -- the measures ------------------------------------------------------------------------------------
-def measure(name: str, dsn: str, args: argparse.Namespace) -> dict[str, Any]:
-    cls = SYSTEM_CLASSES[name]
-    system = cls(dsn, args)
+def enqueue_rounds(systems: dict[str, Any], args: argparse.Namespace) -> dict[str, float]:
+    """Enqueue one by one: ``--one`` jobs per system, in ``--one-rounds`` rounds in which the
+    systems take turns (the order reversed every round), so that every system meets the same
+    load of the machine; a system's rate is all its jobs over all its rounds' time."""
+    per_round = max(1, args.one // args.one_rounds)
+    spent = dict.fromkeys(systems, 0.0)
+    names = list(systems)
+    for r in range(args.one_rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            spent[name] += systems[name].enqueue_one(per_round)
+    return {name: per_round * args.one_rounds / t for name, t in spent.items()}
+
+
+def measure(system: Any, dsn: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The batched, end-to-end and deferred measures of one system (each after a reset)."""
+    cls = type(system)
     res: dict[str, Any] = {}
-    try:
-        res["one"] = args.one / system.enqueue_one(args.one)
-        system.reset()
-        res["batched"] = args.batched / system.enqueue_batched(args.batched, args.batch)
-        system.reset()
-        # end to end: the jobs wait, due now, before the workers get the start signal
-        system.enqueue_batched(args.e2e, args.batch)
-        res["e2e"], res["e2e_dups"], res["e2e_ran"] = _e2e(cls, dsn, args)
-        system.reset()
-        late, dups, ran = _deferred(system, cls, dsn, args)
-        res["late"] = late
-        res["late_dups"], res["late_ran"] = dups, ran
-    finally:
-        system.close()
+    system.reset()
+    res["batched"] = args.batched / system.enqueue_batched(args.batched, args.batch)
+    system.reset()
+    # end to end: the jobs wait, due now, before the workers get the start signal
+    system.enqueue_batched(args.e2e, args.batch)
+    res["e2e"], res["e2e_dups"], res["e2e_ran"] = _e2e(cls, dsn, args)
+    system.reset()
+    late, dups, ran = _deferred(system, cls, dsn, args)
+    res["late"] = late
+    res["late_dups"], res["late_ran"] = dups, ran
     return res
 
 
@@ -555,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--only", default=",".join(SYSTEMS))
     ap.add_argument("--one", type=int, default=2000, help="jobs enqueued one by one")
+    ap.add_argument(
+        "--one-rounds", type=int, default=10, help="turns the systems take enqueueing one by one"
+    )
     ap.add_argument("--batched", type=int, default=50_000, help="jobs enqueued in batches")
     ap.add_argument("--batch", type=int, default=1000, help="jobs per batched enqueue")
     ap.add_argument("--e2e", type=int, default=20_000, help="jobs in the end-to-end run")
@@ -587,13 +600,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# bench_postgres  {time.strftime('%Y-%m-%d %H:%M:%S')}  load {os.getloadavg()}")
     print(f"# {vars(args)}")
     results: dict[str, dict[str, Any]] = {}
-    for name in names:
-        if not available(name):
-            print(f"{name}: not installed, skipped")
-            continue
-        with fresh_database(args.dsn, f"bench_pg_{os.getpid()}_{name}") as dsn:
+    with ExitStack() as stack:
+        dsns, systems = {}, {}
+        for name in names:
+            if not available(name):
+                print(f"{name}: not installed, skipped")
+                continue
+            dsns[name] = stack.enter_context(
+                fresh_database(args.dsn, f"bench_pg_{os.getpid()}_{name}")
+            )
+            systems[name] = SYSTEM_CLASSES[name](dsns[name], args)
+            stack.callback(systems[name].close)
+        print("enqueue one by one, in turns ...", flush=True)
+        for name, rate in enqueue_rounds(systems, args).items():
+            results[name] = {"one": rate}
+        for name, system in systems.items():
             print(f"{name} ...", flush=True)
-            results[name] = measure(name, dsn, args)
+            results[name].update(measure(system, dsns[name], args))
     _report(results, args)
     return 0
 

@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 import psycopg_pool
 from psycopg import errors as pgerrors
-from psycopg import sql
+from psycopg import pq, sql
 
 from timewheel.errors import StoreConfigError, StoreError
 
@@ -191,8 +191,12 @@ class Connections:
                 )
             return self._pool
 
-    def run(self, doing: str, work: Callable[[Conn], T]) -> T:
+    def run(self, doing: str, work: Callable[[Conn], T], *, autocommit: bool = False) -> T:
         """Run *work* in one transaction; retried on a lost connection or a lost race.
+
+        With *autocommit*, *work* runs on a connection in autocommit mode: each statement it
+        executes commits on its own, in one round trip (a transaction adds ``BEGIN`` and
+        ``COMMIT``, two more). For work that is one statement.
 
         Raises:
             StoreError: the retries are spent (the message names *doing*, never the password);
@@ -203,8 +207,11 @@ class Connections:
         while True:
             pool = self._get_pool()
             try:
-                with pool.connection() as conn, conn.transaction():
-                    return work(conn)
+                with pool.connection() as conn:
+                    if autocommit:
+                        return _autocommitted(conn, work)
+                    with conn.transaction():
+                        return work(conn)
             except pgerrors.ReadOnlySqlTransaction:
                 raise StoreError(
                     f"timewheel store at {self.where} (schema {self.schema!r}) was opened "
@@ -245,6 +252,17 @@ class Connections:
             pool, self._pool = self._pool, None
         if pool is not None and self._pid == os.getpid():
             pool.close()
+
+
+def _autocommitted(conn: Conn, work: Callable[[Conn], T]) -> T:
+    # a client-side switch (no round trip) on an idle connection, set back before the pool has
+    # it again; a broken connection is not set back (the pool discards it)
+    conn.autocommit = True
+    try:
+        return work(conn)
+    finally:
+        if conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+            conn.autocommit = False
 
 
 # the store's own options in a postgresql:// URL (the rest is libpq's)

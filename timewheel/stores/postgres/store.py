@@ -28,18 +28,17 @@ from timewheel.errors import (
 )
 from timewheel.stores import policy
 from timewheel.stores.base import Changed, Finish, OnConflict, Promoted, Store, WorkListener
-from timewheel.stores.postgres import schema
+from timewheel.stores.postgres import inserts, schema
 from timewheel.stores.postgres.clocks import CLOCK_WARNING, ServerClocks, measure
 from timewheel.stores.postgres.connections import Conn, Connections, parse_url
+from timewheel.stores.postgres.inspection import InspectionQueries
 from timewheel.stores.postgres.notify import Listener, channel, many_payload, ready_payload
 from timewheel.stores.sqlite.codec import (
     SCHEDULES,
     TASKS,
     Row,
-    decode_dependents,
     from_us,
     to_us,
-    upstream_entry,
 )
 from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, check_transition
 
@@ -88,9 +87,12 @@ _SERVER_NOW = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 _WITHIN_US = round(schema.NOTIFY_WITHIN * 1_000_000)
 # promotion: the server's time is returned with the moved rows (a row of NULLs when none moved),
 # and READY work is announced (once per transaction) when some moved; on the server's clock
-# ({guard}) a task not yet due by the server is left PENDING
+# ({guard}) a task not yet due by the server is left PENDING. The commit does not wait for its
+# WAL to reach disk: a promotion a crash loses leaves due tasks PENDING, promoted again by the
+# next refill, and any claim of a promoted task commits after it, flushing it to disk first.
 _PROMOTE = (
-    f"WITH clock AS (SELECT {_SERVER_NOW} AS now_us), "
+    f"WITH clock AS (SELECT {_SERVER_NOW} AS now_us, "
+    "set_config('synchronous_commit', 'off', true) AS async), "
     "moved AS (UPDATE tasks t SET state = 'ready', version = t.version + 1, updated = %s "
     "FROM clock WHERE t.id = ANY(%s) AND t.state = 'pending' AND t.unmet = 0 AND t.due <= %s"
     "{guard}{returning}) "
@@ -110,7 +112,7 @@ _PROMOTES = {
 }
 
 
-class PostgresStore(Store):
+class PostgresStore(InspectionQueries, Store):
     """Tasks and schedules in a PostgreSQL schema, shared by processes on any number of hosts.
 
     Every change is one transaction and a compare-and-swap on ``version``; ``claim_next`` takes
@@ -215,13 +217,13 @@ class PostgresStore(Store):
         self._ready_note = ready_payload(self.origin)
 
     # -- internals --------------------------------------------------------------------------------
-    def _write(self, doing: str, work: Callable[[Conn], Any]) -> Any:
+    def _write(self, doing: str, work: Callable[[Conn], Any], *, autocommit: bool = False) -> Any:
         if self.read_only:
             raise StoreError(
                 f"timewheel store at {self.where} (schema {self.schema!r}) was opened read-only "
                 f"and refuses {doing}; open it without read_only=True to change it"
             )
-        return self._run(doing, work)
+        return self._run(doing, work, autocommit=autocommit)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         def work(conn: Conn) -> list[Row]:
@@ -229,6 +231,10 @@ class PostgresStore(Store):
 
         rows: list[Row] = self._run("reading", work)
         return rows
+
+    def read_rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """The rows of one read-only statement (the inspection queries read through it)."""
+        return self._read(sql, params)
 
     def _cas(self, conn: Conn, task_id: str, version: int, sets: str, vals: Sequence[Any]) -> None:
         cur = conn.execute(
@@ -356,6 +362,16 @@ class PostgresStore(Store):
     def insert(self, task: Task, *, on_conflict: OnConflict = "error") -> Changed:
         policy.check_on_conflict(on_conflict)
         policy.check_task(task)
+        if not task.after:
+            # one autocommitted statement; the transaction decides what it leaves (see inserts)
+            row = TASKS.encode(policy.as_inserted(task))
+            done: Changed | None = self._write(
+                "inserting a task",
+                lambda conn: inserts.insert_new(conn, row, on_conflict),
+                autocommit=True,
+            )
+            if done is not None:
+                return done
         result: Changed = self._write(
             "inserting a task", lambda conn: self._insert_in(conn, task, on_conflict)
         )
@@ -514,7 +530,7 @@ class PostgresStore(Store):
 
         def work(conn: Conn) -> list[Row]:
             rows: list[Row] = []
-            if ids:
+            if ids:  # (alone, one autocommitted statement)
                 got = conn.execute(
                     sql, (now_us, ids, now_us, self._channel, self._ready_note)
                 ).fetchall()
@@ -528,7 +544,7 @@ class PostgresStore(Store):
                     cur.executemany(_INS_IGNORE.encode(), succ_rows)
             return rows
 
-        moved: list[Row] = self._write("promoting tasks", work)
+        moved: list[Row] = self._write("promoting tasks", work, autocommit=not succ_rows)
         if on_server and server_now and now_us > server_now[0]:
             self._ahead(now_us, server_now[0])
         if len(moved) > 1:
@@ -895,115 +911,6 @@ class PostgresStore(Store):
         )
         out: dict[str, int] = dict(rows)
         return {r: out.get(r, 0) for r in bad}
-
-    def oldest_ready_age(self, now: float) -> float | None:
-        """Seconds since the earliest due time among READY tasks (how far workers lag), or None."""
-        (m,) = self._read("SELECT min(due) FROM tasks WHERE state = 'ready'")[0]
-        return None if m is None else max(0.0, now - from_us(m))
-
-    def due_histogram(
-        self, now: float, *, horizon: float = 3600.0, bucket: float = 60.0
-    ) -> list[tuple[float, int]]:
-        """Expected load: ``(bucket_start, n)`` for PENDING tasks due in ``[now, now + horizon)``."""
-        n_buckets = policy.histogram_buckets(horizon, bucket)
-        start, width = to_us(now), to_us(bucket)
-        rows = self._read(
-            "SELECT (due - %s) / %s, count(*) FROM tasks WHERE state = 'pending' AND due >= %s "
-            "AND due < %s GROUP BY 1",
-            (start, width, start, start + to_us(horizon)),
-        )
-        counts = [0] * n_buckets
-        for b, n in rows:
-            if 0 <= b < n_buckets:
-                counts[b] += n
-        return policy.histogram(now, bucket, counts)
-
-    def recent_failures(self, limit: int = 10) -> list[Task]:
-        """The last *limit* tasks that ended FAILED, TIMED_OUT or UPSTREAM_FAILED, newest first."""
-        sts = [s.value for s in policy.REPORTED_FAILURES]
-        rows = self._read(
-            _SEL + " WHERE state = ANY(%s) ORDER BY updated DESC, id LIMIT %s",
-            (sts, max(limit, 0)),
-        )
-        return [TASKS.decode(r) for r in rows]
-
-    def ended_histogram(
-        self, since: float, *, horizon: float = 3600.0, bucket: float = 60.0
-    ) -> list[tuple[float, dict[TaskState, int]]]:
-        """What ended in ``[since, since + horizon)`` per *bucket*, counted along the index of
-        ended tasks by end time."""
-        n = policy.histogram_buckets(horizon, bucket)
-        start, width = to_us(since), to_us(bucket)
-        rows = self._read(
-            f"SELECT (updated - %s) / %s, state, count(*) FROM tasks WHERE "
-            f"{policy.ENDED_SQL} AND updated >= %s AND updated < %s GROUP BY 1, 2",
-            (start, width, start, start + to_us(horizon)),
-        )
-        return policy.ended_histogram(since, bucket, n, rows)
-
-    def ended_since(
-        self, since: float, *, limit: int
-    ) -> list[tuple[TaskState, float, float | None, float]]:
-        """``(state, due, started, ended)`` of up to *limit* tasks that ended at or after
-        *since*, the latest first (along the index of tasks by state and end time)."""
-        rows = self._read(
-            f"SELECT state, due, started, updated FROM tasks WHERE {policy.ENDED_SQL} "
-            f"AND updated >= %s ORDER BY updated DESC, id LIMIT %s",
-            (to_us(since), max(limit, 0)),
-        )
-        return policy.ended_rows(rows)
-
-    def count_by_queue(self) -> dict[str, dict[TaskState, int]]:
-        """Tasks per queue and state, in one statement (one snapshot): the queues other than
-        the default one along their index of queue and state, every queue by state."""
-        return policy.queue_counts(
-            self._read(
-                f"SELECT queue, state, count(*) FROM tasks WHERE {policy.OTHER_QUEUES_SQL} "
-                "GROUP BY queue, state UNION ALL SELECT NULL, state, count(*) FROM tasks "
-                "GROUP BY state"
-            )
-        )
-
-    def by_function(self, prefix: str, *, limit: int) -> list[Task]:
-        """Up to *limit* tasks whose function reference starts with *prefix*, by function
-        reference then id (a range of the index on function reference, in code point order,
-        and id)."""
-        low, high = policy.prefix_range(prefix)
-        sql, params = _SEL + ' WHERE (func COLLATE "C") >= %s', [low]
-        if high is not None:
-            sql += ' AND (func COLLATE "C") < %s'
-            params.append(high)
-        rows = self._read(
-            sql + ' ORDER BY (func COLLATE "C"), id LIMIT %s', (*params, max(limit, 0))
-        )
-        return [TASKS.decode(r) for r in rows]
-
-    def retrying(self, limit: int) -> list[Task]:
-        """Up to *limit* PENDING tasks with ``attempts > 0``, the soonest due first (along
-        their own index)."""
-        rows = self._read(
-            f"{_SEL} WHERE {policy.RETRYING_SQL} ORDER BY due, id LIMIT %s",
-            (max(limit, 0),),
-        )
-        return [TASKS.decode(r) for r in rows]
-
-    def last_ended(self, schedule_id: str) -> Task | None:
-        """The instance of *schedule_id* that ended last, or None (along the schedule index)."""
-        rows = self._read(
-            f"{_SEL} WHERE schedule_id = %s AND {policy.ENDED_SQL} "
-            "ORDER BY updated DESC, id DESC LIMIT 1",
-            (schedule_id,),
-        )
-        return TASKS.decode(rows[0]) if rows else None
-
-    def dependents(self, task_id: str, *, limit: int) -> list[Task]:
-        """Up to *limit* tasks naming *task_id* in their ``after``, by id (reads only the
-        tasks that have upstream tasks)."""
-        rows = self._read(
-            _SEL + " WHERE after IS NOT NULL AND strpos(after, %s) > 0 ORDER BY id",
-            (upstream_entry(task_id),),
-        )
-        return decode_dependents(rows, task_id, limit)
 
     # -- lifecycle --------------------------------------------------------------------------------
     @classmethod
