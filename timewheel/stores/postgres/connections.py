@@ -191,8 +191,12 @@ class Connections:
                 )
             return self._pool
 
-    def run(self, doing: str, work: Callable[[Conn], T]) -> T:
+    def run(self, doing: str, work: Callable[[Conn], T], *, transaction: bool = True) -> T:
         """Run *work* in one transaction; retried on a lost connection or a lost race.
+
+        With *transaction* false, *work* runs on an autocommit connection: each statement is a
+        transaction of its own, with no ``BEGIN`` and ``COMMIT`` round trips around it (for work
+        that is one statement, or statements each safe to commit alone).
 
         Raises:
             StoreError: the retries are spent (the message names *doing*, never the password);
@@ -203,8 +207,11 @@ class Connections:
         while True:
             pool = self._get_pool()
             try:
-                with pool.connection() as conn, conn.transaction():
-                    return work(conn)
+                with pool.connection() as conn:
+                    if transaction:
+                        with conn.transaction():
+                            return work(conn)
+                    return _autocommitted(conn, work)
             except pgerrors.ReadOnlySqlTransaction:
                 raise StoreError(
                     f"timewheel store at {self.where} (schema {self.schema!r}) was opened "
@@ -245,6 +252,16 @@ class Connections:
             pool, self._pool = self._pool, None
         if pool is not None and self._pid == os.getpid():
             pool.close()
+
+
+def _autocommitted(conn: Conn, work: Callable[[Conn], T]) -> T:
+    conn.autocommit = True
+    try:
+        return work(conn)
+    finally:
+        # a broken connection is left as it is: the pool discards it
+        if conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            conn.autocommit = False
 
 
 # the store's own options in a postgresql:// URL (the rest is libpq's)
