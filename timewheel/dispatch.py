@@ -751,17 +751,23 @@ class ThreadPoolDispatcher:
         holds no snapshot: the worker claims again at once, twice as many (up to
         ``claim_batch``), until a batch comes back short.
         """
+        ready = engine.ready_queue
         if limit is None:
-            ready = engine.ready_queue
             limit = max(1, min(self.claim_batch, 1 + len(ready) // self.workers))
-            for _ in range(limit - 1):  # the batch stands for these snapshots too
-                if ready.pull_nowait(self.queues) is None:
-                    break
+            self._discard(ready, limit - 1)  # the batch stands for these snapshots too
         while True:
             claimed = engine.claim_batch(owner, limit, self.queues)
             if not self._run_claimed_batch(engine, owner, claimed) or len(claimed) < limit:
                 return
             limit = min(self.claim_batch, 2 * limit)
+            # the next batch stands for as many queued snapshots (left, each would be a claim
+            # that finds its task taken)
+            self._discard(ready, limit)
+
+    def _discard(self, ready: ReadyQueue, n: int) -> None:
+        for _ in range(n):
+            if ready.pull_nowait(self.queues) is None:
+                return
 
     def _run_claimed_batch(self, engine: Engine, owner: str, claimed: list[Task]) -> bool:
         """Run the tasks of a batch *owner* claimed, in order; False if it stopped early
