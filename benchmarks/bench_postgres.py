@@ -5,8 +5,10 @@ same server, with no-op jobs. For each system:
 
 * **enqueue one by one**: jobs/s, each job its own call and commit;
 * **batched enqueue**: jobs/s, ``--batch`` jobs per call (timewheel: ``schedule_many``);
-* **end to end**: jobs/s with ``--workers`` worker processes draining jobs enqueued (due now)
-  before they start, from the start signal to the last completion;
+* **end to end**: jobs/s with each of ``--workers`` worker processes (a run per count, and for
+  pgqueuer a run per ``--pgq-batch`` size) draining jobs enqueued (due now) before they start,
+  from the start signal to the last job's run. Each worker process connects before the start
+  signal and stops once the queue is drained;
 * **deferred lateness**: jobs enqueued at ``--rate`` per second, each due ``--due-min`` to
   ``--due-max`` seconds ahead, run by one worker process: p50/p99/max of start minus due;
 * **duplicates**: runs beyond one per job, in the end-to-end and deferred runs.
@@ -19,9 +21,9 @@ extra) are skipped when they are not installed.
 
 Run::
 
-    nice -n 10 python benchmarks/bench_postgres.py            # about 3 minutes on 2 cores
-    python benchmarks/bench_postgres.py --quick               # a smoke run, seconds
-    python benchmarks/bench_postgres.py --only floor,timewheel
+    nice -n 10 python benchmarks/bench_postgres.py            # minutes on 2 cores
+    python benchmarks/bench_postgres.py --quick               # a smoke run
+    python benchmarks/bench_postgres.py --only floor,timewheel,pgqueuer --sections e2e
 """
 
 from __future__ import annotations
