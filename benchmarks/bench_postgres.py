@@ -6,8 +6,10 @@ same server, with no-op jobs. For each system:
 * **enqueue one by one**: jobs/s, each job its own call and commit, the systems taking turns
   in ``--one-rounds`` rounds (so they meet the same load of the machine);
 * **batched enqueue**: jobs/s, ``--batch`` jobs per call (timewheel: ``schedule_many``);
-* **end to end**: jobs/s with ``--workers`` worker processes draining jobs enqueued (due now)
-  before they start, from the start signal to the last completion;
+* **end to end**: jobs/s with each of ``--workers`` worker processes (a run per count, and for
+  pgqueuer a run per ``--pgq-batch`` size) draining jobs enqueued (due now) before they start,
+  from the start signal to the last job's run. Each worker process connects before the start
+  signal and stops once the queue is drained;
 * **deferred lateness**: jobs enqueued at ``--rate`` per second, each due ``--due-min`` to
   ``--due-max`` seconds ahead, run by one worker process: p50/p99/max of start minus due;
 * **duplicates**: runs beyond one per job, in the end-to-end and deferred runs.
@@ -20,9 +22,9 @@ extra) are skipped when they are not installed.
 
 Run::
 
-    nice -n 10 python benchmarks/bench_postgres.py            # about 3 minutes on 2 cores
-    python benchmarks/bench_postgres.py --quick               # a smoke run, seconds
-    python benchmarks/bench_postgres.py --only floor,timewheel
+    nice -n 10 python benchmarks/bench_postgres.py            # minutes on 2 cores
+    python benchmarks/bench_postgres.py --quick               # a smoke run
+    python benchmarks/bench_postgres.py --only floor,timewheel,pgqueuer --sections e2e
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -47,6 +50,7 @@ import psycopg
 
 CTX = mp.get_context("spawn")
 SYSTEMS = ("floor", "timewheel", "pgqueuer", "procrastinate")
+SECTIONS = ("one", "batched", "e2e", "deferred")
 IDLE_EXIT = 1.0  # seconds without a job after which an end-to-end worker reports and exits
 
 # -- what each job does: note that it ran (per process), when, and how late ------------------------
@@ -253,25 +257,43 @@ class Timewheel:
         import timewheel as tw
         from timewheel.stores.postgres import PostgresStore
 
+        store = PostgresStore(dsn)
         sched = tw.Scheduler(
-            store=PostgresStore(dsn),
+            store=store,
             allow=["bench_postgres"],
             dispatcher=tw.ThreadPoolDispatcher(workers=args.tw_threads, claim_batch=args.tw_claim),
             poll_interval=args.tw_poll,
         )
         j = jobs()
+        # start-up, as the other systems' connections: the pool opens its connections (each
+        # measures the server's clock) before the start signal, not during the timed run
+        with ThreadPoolExecutor(store.pool_size) as pool:
+            list(pool.map(lambda _: store.count_by_state(), range(4 * store.pool_size)))
         go.wait()
         sched.start()
         last_n, last = 0, time.time()
-        while not stop.is_set():
-            time.sleep(0.05)
-            n = len(j.RAN)
-            if n != last_n:
-                last_n, last = n, time.time()
-            elif args.e2e_mode and time.time() - last > IDLE_EXIT:
-                break
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                time.sleep(0.05)
+                n = len(j.RAN)
+                if n != last_n:
+                    last_n, last = n, time.time()
+                elif args.e2e_mode and time.time() - last > IDLE_EXIT and not _tw_left(conn):
+                    # as the other systems' workers, stop once the queue is drained: a process
+                    # that ran nothing for a while (its trigger lost the promotions to the
+                    # others) would otherwise leave early, and hand back what it had claimed
+                    break
         sched.shutdown()
         report(out)
+
+
+def _tw_left(conn: psycopg.Connection[Any]) -> bool:
+    """Whether timewheel's store still holds a task not yet ended."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM timewheel.tasks "
+        "WHERE state IN ('pending', 'ready', 'running'))"
+    ).fetchone()
+    return bool(row and row[0])
 
 
 # -- pgqueuer ----------------------------------------------------------------------------------------
@@ -489,21 +511,40 @@ def enqueue_rounds(systems: dict[str, Any], args: argparse.Namespace) -> dict[st
     return {name: per_round * args.one_rounds / t for name, t in spent.items()}
 
 
-def measure(system: Any, dsn: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The batched, end-to-end and deferred measures of one system (each after a reset)."""
-    cls = type(system)
-    res: dict[str, Any] = {}
+def measure(name: str, system: Any, dsn: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The batched, end-to-end and deferred measures of one system asked for by ``--sections``
+    (each after a reset; enqueue one by one is measured apart, in turns)."""
+    cls = SYSTEM_CLASSES[name]
+    res: dict[str, Any] = {"e2e": {}, "e2e_dups": 0, "late": [], "late_dups": 0}
     system.reset()
-    res["batched"] = args.batched / system.enqueue_batched(args.batched, args.batch)
-    system.reset()
-    # end to end: the jobs wait, due now, before the workers get the start signal
-    system.enqueue_batched(args.e2e, args.batch)
-    res["e2e"], res["e2e_dups"], res["e2e_ran"] = _e2e(cls, dsn, args)
-    system.reset()
-    late, dups, ran = _deferred(system, cls, dsn, args)
-    res["late"] = late
-    res["late_dups"], res["late_ran"] = dups, ran
+    if "batched" in args.sections:
+        res["batched"] = args.batched / system.enqueue_batched(args.batched, args.batch)
+        system.reset()
+    if "e2e" in args.sections:
+        # end to end: the jobs wait, due now, before the workers get the start signal; each
+        # worker count, and each of pgqueuer's batch sizes, is a run of its own
+        for setting in settings(name, args):
+            for n in args.worker_counts:
+                system.enqueue_batched(args.e2e, args.batch)
+                rate, dups, _ = _e2e(cls, dsn, argparse.Namespace(**{**vars(args), **setting}), n)
+                res["e2e"][_label(setting), n] = rate
+                res["e2e_dups"] += dups
+                system.reset()
+    if "deferred" in args.sections:
+        late, dups, _ = _deferred(system, cls, dsn, args)
+        res["late"], res["late_dups"] = late, dups
     return res
+
+
+def settings(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The end-to-end settings tried for *name*: pgqueuer at each of ``--pgq-batch``."""
+    if name == "pgqueuer":
+        return [{"pgq_batch": b} for b in args.pgq_batches]
+    return [{}]
+
+
+def _label(setting: dict[str, Any]) -> str:
+    return ", ".join(f"batch {v}" for v in setting.values())
 
 
 def _start(cls: Any, dsn: str, args: argparse.Namespace, n: int, e2e: bool) -> tuple[Any, ...]:
@@ -515,8 +556,8 @@ def _start(cls: Any, dsn: str, args: argparse.Namespace, n: int, e2e: bool) -> t
     return q, go, stop, procs
 
 
-def _e2e(cls: Any, dsn: str, args: argparse.Namespace) -> tuple[float, int, int]:
-    q, go, _stop, procs = _start(cls, dsn, args, args.workers, True)
+def _e2e(cls: Any, dsn: str, args: argparse.Namespace, workers: int) -> tuple[float, int, int]:
+    q, go, _stop, procs = _start(cls, dsn, args, workers, True)
     time.sleep(args.startup)  # process start-up and imports are not the queue's cost
     t0 = time.time()
     go.set()
@@ -571,7 +612,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batched", type=int, default=50_000, help="jobs enqueued in batches")
     ap.add_argument("--batch", type=int, default=1000, help="jobs per batched enqueue")
     ap.add_argument("--e2e", type=int, default=20_000, help="jobs in the end-to-end run")
-    ap.add_argument("--workers", type=int, default=4, help="worker processes end to end")
+    ap.add_argument(
+        "--workers", default="1,4", help="worker processes end to end (comma-separated: a run each)"
+    )
     ap.add_argument("--rate", type=float, default=50.0, help="deferred jobs enqueued per second")
     ap.add_argument("--seconds", type=float, default=10.0, help="how long deferred jobs come")
     ap.add_argument("--due-min", type=float, default=5.0)
@@ -579,7 +622,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle", type=float, default=6.0, help="wait after the last due time")
     ap.add_argument("--startup", type=float, default=3.0, help="seconds for workers to start")
     ap.add_argument("--floor-batch", type=int, default=50)
-    ap.add_argument("--pgq-batch", type=int, default=100)
+    ap.add_argument(
+        "--pgq-batch",
+        default="10,50,100,500",
+        help="pgqueuer's batch sizes end to end (comma-separated: a run each; the deferred run "
+        "takes the first)",
+    )
     ap.add_argument(
         "--pgq-timeout", type=float, default=0.1, help="pgqueuer's poll for deferred jobs (s)"
     )
@@ -588,7 +636,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tw-claim", type=int, default=50)
     ap.add_argument("--tw-poll", type=float, default=1.0)
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    ap.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"what to measure (comma-separated, from {', '.join(SECTIONS)})",
+    )
     args = ap.parse_args(argv)
+    args.worker_counts = _numbers(ap, args.workers, "--workers")
+    args.pgq_batches = _numbers(ap, args.pgq_batch, "--pgq-batch")
+    args.pgq_batch = args.pgq_batches[0]
+    args.sections = [x for x in args.sections.split(",") if x]
+    for x in args.sections:
+        if x not in SECTIONS:
+            ap.error(f"unknown section {x!r} (choose from {', '.join(SECTIONS)})")
     if args.quick:
         args.one, args.batched, args.e2e = 200, 2000, 2000
         args.seconds, args.due_min, args.due_max, args.settle = 2.0, 1.0, 2.0, 6.0
@@ -611,50 +671,77 @@ def main(argv: list[str] | None = None) -> int:
             )
             systems[name] = SYSTEM_CLASSES[name](dsns[name], args)
             stack.callback(systems[name].close)
-        print("enqueue one by one, in turns ...", flush=True)
-        for name, rate in enqueue_rounds(systems, args).items():
-            results[name] = {"one": rate}
+        results = {name: {} for name in systems}
+        if "one" in args.sections:
+            print("enqueue one by one, in turns ...", flush=True)
+            for name, rate in enqueue_rounds(systems, args).items():
+                results[name]["one"] = rate
         for name, system in systems.items():
             print(f"{name} ...", flush=True)
-            results[name].update(measure(system, dsns[name], args))
+            results[name].update(measure(name, system, dsns[name], args))
     _report(results, args)
     return 0
 
 
+def _numbers(ap: argparse.ArgumentParser, text: str, option: str) -> list[int]:
+    try:
+        got = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        got = []
+    if not got or min(got) < 1:
+        ap.error(f"{option} takes whole numbers >= 1, comma-separated (got {text!r})")
+    return got
+
+
 def _report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
-    head = (
-        f"| | enqueue one by one | batched enqueue ({args.batch}) | end to end, "
-        f"{args.workers} workers | deferred lateness p50 / p99 / max | duplicates |"
-    )
+    def rate(r: dict[str, Any], key: str) -> str:
+        return f"{r[key] / 1e3:.2f} k/s" if key in r else "-"
+
     print()
-    print(head)
-    print("|---|---|---|---|---|---|")
+    print(
+        f"| | enqueue one by one | batched enqueue ({args.batch}) | deferred lateness p50 / p99 "
+        "/ max | duplicates |"
+    )
+    print("|---|---|---|---|---|")
     for name, r in results.items():
         late = r["late"]
+        lat = (
+            f"{_pct(late, 0.5) * 1e3:.1f} / {_pct(late, 0.99) * 1e3:.1f} / {late[-1] * 1e3:.1f} ms"
+            if late
+            else "-"
+        )
         print(
-            f"| {name} | {r['one'] / 1e3:.2f} k/s | {r['batched'] / 1e3:.1f} k/s | "
-            f"{r['e2e'] / 1e3:.2f} k/s | {_pct(late, 0.5) * 1e3:.1f} / "
-            f"{_pct(late, 0.99) * 1e3:.1f} / {(late[-1] if late else float('nan')) * 1e3:.1f} ms | "
+            f"| {name} | {rate(r, 'one')} | {rate(r, 'batched')} | {lat} | "
             f"{r['e2e_dups'] + r['late_dups']} |"
         )
-    floor = results.get("floor")
-    tw = results.get("timewheel")
-    if tw is not None:
-        print()
-        for other, r in results.items():
-            if other == "timewheel":
-                continue
-            p99_other = _pct(r["late"], 0.99)
+    if "e2e" not in args.sections:
+        return
+    counts = args.worker_counts
+    print()
+    print("| end to end | " + " | ".join(f"{n} worker process(es)" for n in counts) + " |")
+    print("|---|" + "---|" * len(counts))
+    best: dict[str, dict[int, float]] = {}
+    for name, r in results.items():
+        for label in dict.fromkeys(k[0] for k in r["e2e"]):
+            row = [r["e2e"][label, n] for n in counts]
+            shown = name + (f" ({label})" if label else "")
+            print(f"| {shown} | " + " | ".join(f"{x / 1e3:.2f} k/s" for x in row) + " |")
+            for n, x in zip(counts, row, strict=True):
+                best.setdefault(name, {})[n] = max(best.get(name, {}).get(n, 0.0), x)
+    tw = best.get("timewheel")
+    if tw is None:
+        return
+    print()
+    for other, b in best.items():
+        if other != "timewheel":
+            ratios = ", ".join(f"{n} process(es) {tw[n] / b[n]:.2f}x" for n in counts)
+            print(f"end to end, timewheel / {other} (its best setting): {ratios}")
+    for name, r in results.items():
+        if name != "timewheel" and "one" in r and "one" in results["timewheel"]:
+            t = results["timewheel"]
             print(
-                f"timewheel / {other}: one by one {tw['one'] / r['one']:.2f}x, batched "
-                f"{tw['batched'] / r['batched']:.2f}x, end to end {tw['e2e'] / r['e2e']:.2f}x, "
-                f"lateness p99 {_pct(tw['late'], 0.99) * 1e3:.1f} vs {p99_other * 1e3:.1f} ms"
-            )
-    if floor is not None:
-        for name, r in results.items():
-            print(
-                f"{name} / floor: one by one {r['one'] / floor['one']:.2f}x, batched "
-                f"{r['batched'] / floor['batched']:.2f}x, end to end {r['e2e'] / floor['e2e']:.2f}x"
+                f"timewheel / {name}: one by one {t['one'] / r['one']:.2f}x, batched "
+                f"{t['batched'] / r['batched']:.2f}x"
             )
 
 

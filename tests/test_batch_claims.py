@@ -179,3 +179,28 @@ def test_a_worker_that_timed_out_hands_back_its_batch_and_is_replaced_once(
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not [m for m in warnings if "lost" in m], warnings
     store.close()
+
+
+def test_a_full_batch_is_followed_by_larger_ones_while_the_store_holds_more(
+    tmp_path: Path,
+) -> None:
+    """READY work beyond what the ready queue holds (as when another process's trigger promoted
+    it): a worker whose batch comes back full claims again at once, up to claim_batch, instead of
+    one small batch per snapshot."""
+    store = SQLiteStore(tmp_path / "t.db")
+    out = tmp_path / "out.txt"
+    claims = counting_claims(store)
+    sched = tw.Scheduler(
+        store=store,
+        dispatcher=tw.ThreadPoolDispatcher(workers=1, claim_batch=8),
+        ready_capacity=2,  # a batch sized by the queue alone would be at most 1 + 2 // 1 = 3
+        allow=[__name__],
+    )
+    jobs = [sched.schedule(record, str(out), i, delay=0) for i in range(100)]
+    with sched:
+        for job in jobs:
+            job.result(timeout=GUARD)
+    assert sorted(int(x) for x in out.read_text().split()) == list(range(100)), "each ran once"
+    assert sum(claims) == 100, "every run was claimed through the batched claim"
+    assert max(claims) == 8, f"full batches grew to claim_batch (claims: {claims})"
+    store.close()

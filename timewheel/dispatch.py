@@ -744,22 +744,42 @@ class ThreadPoolDispatcher:
             return True
 
     def _run_batch(self, engine: Engine, owner: str, limit: int | None = None) -> None:
-        """Claim a batch from the store (a pulled snapshot said work is there) and run it."""
+        """Claim a batch from the store (a pulled snapshot said work is there) and run it.
+
+        A batch that comes back full says the store holds more READY work than this worker
+        took, perhaps made READY by another process's trigger, of which this process's queue
+        holds no snapshot: the worker claims again at once, twice as many (up to
+        ``claim_batch``), until a batch comes back short.
+        """
+        ready = engine.ready_queue
         if limit is None:
-            ready = engine.ready_queue
             limit = max(1, min(self.claim_batch, 1 + len(ready) // self.workers))
-            for _ in range(limit - 1):  # the batch stands for these snapshots too
-                if ready.pull_nowait(self.queues) is None:
-                    break
-        claimed = engine.claim_batch(owner, limit, self.queues)
+            self._discard(ready, limit - 1)  # the batch stands for these snapshots too
+        while True:
+            claimed = engine.claim_batch(owner, limit, self.queues)
+            if not self._run_claimed_batch(engine, owner, claimed) or len(claimed) < limit:
+                return
+            limit = min(self.claim_batch, 2 * limit)
+            # the next batch stands for as many queued snapshots (left, each would be a claim
+            # that finds its task taken)
+            self._discard(ready, limit)
+
+    def _discard(self, ready: ReadyQueue, n: int) -> None:
+        for _ in range(n):
+            if ready.pull_nowait(self.queues) is None:
+                return
+
+    def _run_claimed_batch(self, engine: Engine, owner: str, claimed: list[Task]) -> bool:
+        """Run the tasks of a batch *owner* claimed, in order; False if it stopped early
+        (shutdown, or this worker timed out and was replaced)."""
         for task in claimed:  # leased from now: the heartbeat covers the ones still waiting
             self._running.add(task, owner, None)  # its timeout counts once it starts
         for task in claimed:
             if self._stop.is_set():
-                return  # shutdown releases what is still waiting back to READY
+                return False  # shutdown releases what is still waiting back to READY
             if not self._running.begin(task.id, owner, engine.clock.monotonic()):
                 # this worker timed out on an earlier task: the heartbeat handed back the rest
-                return
+                return False
             try:
                 func = engine.resolve(task)
             except ReferenceNotAllowedError as e:
@@ -773,7 +793,8 @@ class ThreadPoolDispatcher:
             run_claimed(engine, task, owner, func, self._running, self._finisher, begun=True)
             with self._lock:
                 if owner in self._abandoned:
-                    return  # timed out: its waiting tasks are back in READY already
+                    return False  # timed out: its waiting tasks are back in READY already
+        return not self._stop.is_set()
 
     def _release(self, engine: Engine, task: Task, owner: str, why: str) -> None:
         """Give a claimed, not started task back: READY again at once, not after its lease."""

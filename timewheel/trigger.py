@@ -59,7 +59,7 @@ from timewheel.plans import Herd, InstancePlanner
 from timewheel.ready import ReadyQueue
 from timewheel.retention import Retention
 from timewheel.stores import Promoted, SupportsPromoteKeys
-from timewheel.stores.base import Changed, Store, SupportsNotifications
+from timewheel.stores.base import Changed, Store, SupportsNotifications, SupportsPendingAmong
 from timewheel.task import Task, TaskState
 from timewheel.wheel import TimingWheel, bucket_width
 
@@ -722,16 +722,25 @@ class Trigger:
         last happens when a durable store keeps a due time rounded up to its microsecond above
         the float the wheel was given."""
         done = {t.id for t in moved}
-        for task_id in ids:
-            if task_id not in done:
-                task = self.store.find(task_id)
-                if task is not None and task.state is _P and task.unmet == 0:
-                    # back in the wheel, never promoted from here: a store comparing on its
-                    # server's clock refuses a task that clock does not find due yet, and the
-                    # loop's next step tries again
-                    self._load([(task.id, task.due, task.schedule_id)])
-                    if self.waker is not None:
-                        self.waker.wake(task.due)
+        unmoved = [task_id for task_id in ids if task_id not in done]
+        store = self.store
+        if isinstance(store, SupportsPendingAmong):
+            # one read: with several processes on the store, most were promoted by another one
+            waiting = store.pending_among(unmoved)
+        else:
+            found = (store.find(task_id) for task_id in unmoved)
+            waiting = [
+                (t.id, t.due, t.schedule_id)
+                for t in found
+                if t is not None and t.state is _P and t.unmet == 0
+            ]
+        if waiting:
+            # back in the wheel, never promoted from here: a store comparing on its server's
+            # clock refuses a task that clock does not find due yet, and the loop's next step
+            # tries again
+            self._load(waiting)
+            if self.waker is not None:
+                self.waker.wake(min(due for _, due, _ in waiting))
 
     # -- herds ------------------------------------------------------------------------------------
     def _drop_passed(self, now: float) -> None:

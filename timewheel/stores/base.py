@@ -38,6 +38,7 @@ __all__ = [
     "SupportsInspection",
     "SupportsMaintenance",
     "SupportsNotifications",
+    "SupportsPendingAmong",
     "SupportsPromoteKeys",
     "SupportsServerClock",
     "WorkListener",
@@ -486,6 +487,21 @@ class SupportsPromoteKeys(Protocol):
     ) -> list[Promoted]:
         """Exactly :meth:`Store.promote` (the same tasks move, in one atomic step with the
         *successors*), returning each moved task's :class:`Promoted` keys, in *task_ids* order."""
+        ...
+
+
+@runtime_checkable
+class SupportsPendingAmong(Protocol):
+    """**Protocol:** which of some tasks still wait to be promoted, in one read.
+
+    The trigger asks it about the tasks its wheel emitted that :meth:`Store.promote` did not move:
+    with several processes on one store, most were promoted by another process's trigger, and a
+    read per task would cost a round trip each.
+    """
+
+    def pending_among(self, task_ids: Sequence[str]) -> list[tuple[str, float, str | None]]:
+        """``(id, due, schedule_id)`` of those of *task_ids* that are PENDING with no unmet
+        dependency (as :meth:`Store.due_before` gives them), by due time then id."""
         ...
 
 

@@ -28,7 +28,7 @@ from timewheel.errors import (
 )
 from timewheel.stores import policy
 from timewheel.stores.base import Changed, Finish, OnConflict, Promoted, Store, WorkListener
-from timewheel.stores.postgres import inserts, schema
+from timewheel.stores.postgres import inserts, runs, schema
 from timewheel.stores.postgres.clocks import CLOCK_WARNING, ServerClocks, measure
 from timewheel.stores.postgres.connections import Conn, Connections, parse_url
 from timewheel.stores.postgres.inspection import InspectionQueries
@@ -54,11 +54,9 @@ _ID = TASKS.position["id"]
 _DUE = TASKS.position["due"]
 _STATE = TASKS.position["state"]
 _VERSION = TASKS.position["version"]
-_LEASE_OWNER = TASKS.position["lease_owner"]
 _UPDATED = TASKS.position["updated"]
 _ERROR = TASKS.position["error"]
 _UNMET = TASKS.position["unmet"]
-_FUNC = TASKS.position["func"]
 _SCHEDULE_VERSION = SCHEDULES.position["version"]
 
 _COLS = ", ".join(TASKS.names)
@@ -72,16 +70,7 @@ _SINS = (
     f"INSERT INTO schedules ({', '.join(SCHEDULES.names)}) "
     f"VALUES ({', '.join(['%s'] * len(SCHEDULES.names))})"
 )
-_RETURNING = " RETURNING " + ", ".join(f"t.{c}" for c in TASKS.names)
-# the batched claim: one statement picks the batch (rows other workers hold are skipped, not
-# waited for) and swaps each row on the version it read
-_CLAIM = (
-    "WITH batch AS (SELECT id, version FROM tasks WHERE state = 'ready'{where} "
-    "ORDER BY priority DESC, due LIMIT %s FOR UPDATE SKIP LOCKED) "
-    "UPDATE tasks t SET state = 'running', version = t.version + 1, attempts = t.attempts + 1, "
-    "lease_owner = %s, lease_expires = %s, started = %s, updated = %s FROM batch "
-    "WHERE t.id = batch.id AND t.version = batch.version" + _RETURNING
-)
+_RETURNING = runs.RETURNING
 # the server's clock, once per statement, in epoch microseconds
 _SERVER_NOW = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 _WITHIN_US = round(schema.NOTIFY_WITHIN * 1_000_000)
@@ -246,14 +235,27 @@ class PostgresStore(InspectionQueries, Store):
                 f"task {task_id!r} changed under a transaction (expected version {version})"
             )
 
-    def _settle(self, conn: Conn, up_id: str, up_state: TaskState, now_us: int) -> tuple[Task, ...]:
+    def _settle(
+        self,
+        conn: Conn,
+        up_id: str,
+        up_state: TaskState,
+        now_us: int,
+        taken: list[str] | None = None,
+    ) -> tuple[Task, ...]:
+        """Settle the dependents of *up_id*, which ended in *up_state*; *taken*: the downstream
+        ids of its edges when the caller already deleted them."""
+
         def take_dependents(upstream_id: str) -> list[Task]:
-            downs = [
-                r[0]
-                for r in conn.execute(
-                    "DELETE FROM deps WHERE upstream = %s RETURNING downstream", (upstream_id,)
-                )
-            ]
+            if upstream_id == up_id and taken is not None:
+                downs = taken
+            else:
+                downs = [
+                    r[0]
+                    for r in conn.execute(
+                        "DELETE FROM deps WHERE upstream = %s RETURNING downstream", (upstream_id,)
+                    )
+                ]
             if not downs:
                 return []
             rows = conn.execute(
@@ -582,38 +584,33 @@ class PostgresStore(InspectionQueries, Store):
     ) -> list[Task]:
         """Claim up to *limit* READY tasks (highest priority, then earliest due) in *queues*.
 
-        One statement: ``UPDATE ... FROM (SELECT ... ORDER BY priority DESC, due LIMIT n FOR
-        UPDATE SKIP LOCKED)``, each row swapped on the version read. Tasks whose function
-        reference does not resolve in this process are not claimed (see :meth:`unresolvable`):
-        a batch that holds one is rolled back and taken again without it.
+        One autocommitted statement: ``UPDATE ... FROM (SELECT ... ORDER BY priority DESC, due
+        LIMIT n FOR UPDATE SKIP LOCKED)``, each row swapped on the version read (see
+        :func:`~timewheel.stores.postgres.runs.claim_next`). Tasks whose function reference
+        does not resolve in this process are not claimed (see :meth:`unresolvable`): one met
+        for the first time is handed back READY at once, as it was before the claim.
         """
         if limit <= 0 or (queues is not None and len(queues) == 0):
             return []
         lease_us, now_us = to_us(lease_expires), to_us(now)
+        claimable = self._claimable
 
-        def work(conn: Conn) -> list[Row]:
-            while True:
-                bad = self._claimable.unclaimable()
-                where, params = "", []
-                if queues is not None:
-                    where += " AND queue = ANY(%s)"
-                    params.append(list(dict.fromkeys(queues)))
-                if bad:
-                    where += " AND func <> ALL(%s)"
-                    params.append(bad)
-                rows: list[Row] = []
-                with conn.transaction() as savepoint:
-                    rows = conn.execute(
-                        _CLAIM.format(where=where).encode(),
-                        (*params, limit, owner, lease_us, now_us, now_us),
-                    ).fetchall()
-                    funcs = {r[_FUNC] for r in rows}
-                    if sum(not self._claimable.claimable(f) for f in funcs) == 0:
-                        return rows
-                    raise psycopg.Rollback(savepoint)
+        def work(conn: Conn) -> tuple[list[Row], bool]:
+            return runs.claim_next(
+                conn,
+                owner=owner,
+                lease_us=lease_us,
+                now_us=now_us,
+                limit=limit,
+                queues=queues,
+                unclaimable=claimable.unclaimable(),
+                claimable=claimable.claimable,
+            )
 
-        rows: list[Row] = self._write("claiming tasks", work)
-        rows.sort(key=lambda r: (-r[TASKS.position["priority"]], r[TASKS.position["due"]]))
+        got: tuple[list[Row], bool] = self._write("claiming tasks", work, autocommit=True)
+        rows, handed_back = got
+        if handed_back:
+            self._write("announcing READY work", self._announce_ready, autocommit=True)
         return [TASKS.decode(r) for r in rows]
 
     def heartbeat(self, task_id: str, *, owner: str, lease_expires: float, now: float) -> bool:
@@ -636,35 +633,16 @@ class PostgresStore(InspectionQueries, Store):
         return self.finish_many([Finish(task_id, owner, state, changes)], now=now)[0]
 
     def finish_many(self, finishes: Sequence[Finish], *, now: float) -> list[Changed | None]:
-        """``finish`` each of *finishes* in one transaction (one commit for all of them)."""
-        prepared = []
-        for f in finishes:
-            if "lease_owner" in f.changes or "lease_expires" in f.changes:
-                raise TypeError(
-                    "finish clears the lease itself: do not pass lease_owner/lease_expires"
-                )
-            prepared.append((f, TaskState(f.state), *TASKS.encode_changes(f.changes)))
+        """``finish`` each of *finishes* in one transaction (one commit for all of them): one
+        ``UPDATE`` for the outcomes that end in the same state with the same changes (see
+        :func:`~timewheel.stores.postgres.runs.finish_many`)."""
+        prepared = runs.check_finishes(finishes)
+        if not prepared:
+            return []
         now_us = to_us(now)
 
         def work(conn: Conn) -> list[Changed | None]:
-            out: list[Changed | None] = []
-            released = False
-            for f, state, cols, vals, stored in prepared:
-                row = conn.execute((_SEL_ID + " FOR UPDATE").encode(), (f.task_id,)).fetchone()
-                if row is None or row[_STATE] != _RUN.value or row[_LEASE_OWNER] != f.owner:
-                    out.append(None)
-                    continue
-                check_transition(f.task_id, _RUN, state)
-                sets = "state = %s, version = version + 1, updated = %s, lease_owner = NULL, "
-                sets += "lease_expires = NULL" + "".join(f", {c} = %s" for c in cols)
-                self._cas(conn, f.task_id, row[_VERSION], sets, (state.value, now_us, *vals))
-                released = released or state is TaskState.READY
-                deps = (
-                    self._settle(conn, f.task_id, state, now_us) if state in TERMINAL_STATES else ()
-                )
-                new = dict(stored, state=state, version=row[_VERSION] + 1, updated=from_us(now_us))
-                new.update(lease_owner=None, lease_expires=None)
-                out.append(Changed(TASKS.decode(row, new), deps))
+            out, released = runs.finish_many(conn, prepared, now_us, self._settle)
             if released:
                 self._announce_ready(conn)  # released: another host's workers may take it
             return out
@@ -679,6 +657,14 @@ class PostgresStore(InspectionQueries, Store):
             "AND due < %s ORDER BY due, id LIMIT %s",
             (to_us(until), max(limit, 0)),
         )
+        return [(task_id, from_us(due), schedule_id) for task_id, due, schedule_id in rows]
+
+    def pending_among(self, task_ids: Sequence[str]) -> list[tuple[str, float, str | None]]:
+        """``(id, due, schedule_id)`` of those of *task_ids* still PENDING with no unmet
+        dependency, in one read (see :class:`~timewheel.stores.base.SupportsPendingAmong`)."""
+        if not task_ids:
+            return []
+        rows = self._read(runs.PENDING_AMONG, (list(task_ids),))
         return [(task_id, from_us(due), schedule_id) for task_id, due, schedule_id in rows]
 
     def ready(self, *, limit: int, queues: Sequence[str] | None = None) -> list[Task]:

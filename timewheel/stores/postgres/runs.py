@@ -1,0 +1,218 @@
+"""The statements of a run on PostgreSQL: claiming READY tasks and storing how runs ended.
+
+A worker's round trips are what a PostgreSQL store's throughput rests on, so each step here is
+as few statements as its guarantees allow:
+
+* :func:`claim_next`: one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)`` takes a batch,
+  each row swapped on the version it read, autocommitted: one round trip, no ``BEGIN`` and
+  ``COMMIT`` around it, and no row lock held while the client reads the result. A task whose
+  function turns out not to import in this process is handed back READY at once, as it was.
+* :func:`finish_many`: one ``UPDATE ... FROM json_populate_recordset(...)`` stores every outcome
+  of a group that ends in the same state with the same changed columns (the common case: a group
+  of successes is one statement), each row a compare-and-swap: it changes only while RUNNING
+  under the finishing owner, and its version moves on. A row that does not match (its lease was
+  lost, it was reaped) is reported as ``None``. Then one ``DELETE FROM deps ... RETURNING``
+  takes the dependency edges of the tasks that ended; only when there are some does the shared
+  policy (:func:`timewheel.stores.policy.settle`) read and settle the dependents, in the same
+  transaction. The ``DELETE`` is a statement of its own on purpose: in READ COMMITTED it reads
+  a snapshot taken after the ``UPDATE`` holds the rows, so an edge whose inserter held an ended
+  task ``FOR SHARE`` while it was being finished is seen and followed.
+
+Rows are read and written through the SQLite store's column tables
+(:mod:`timewheel.stores.sqlite.codec`), in the column order of ``TASKS.names``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from timewheel.stores.base import Changed, Finish
+from timewheel.stores.sqlite.codec import TASKS, Row
+from timewheel.task import TERMINAL_STATES, TaskState, check_transition
+
+__all__ = [
+    "CLAIM",
+    "HAND_BACK",
+    "PENDING_AMONG",
+    "RETURNING",
+    "Settle",
+    "check_finishes",
+    "claim_next",
+    "finish_many",
+]
+
+#: the columns of a changed row, read back in ``TASKS.names`` order (the table is aliased ``t``)
+RETURNING = " RETURNING " + ", ".join(f"t.{c}" for c in TASKS.names)
+
+CLAIM = (
+    "WITH batch AS (SELECT id, version, started FROM tasks WHERE state = 'ready'{where} "
+    "ORDER BY priority DESC, due LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "UPDATE tasks t SET state = 'running', version = t.version + 1, attempts = t.attempts + 1, "
+    "lease_owner = %s, lease_expires = %s, started = %s, updated = %s FROM batch "
+    "WHERE t.id = batch.id AND t.version = batch.version" + RETURNING + ", batch.started"
+)
+"""The batched claim: one statement picks the batch (rows other workers hold are skipped, not
+waited for) and swaps each row on the version it read. Each row comes back with the start of
+its previous run last (what a hand-back restores, :data:`HAND_BACK`)."""
+
+HAND_BACK = (
+    "UPDATE tasks t SET state = 'ready', version = t.version + 1, attempts = t.attempts - 1, "
+    "lease_owner = NULL, lease_expires = NULL, started = b.started, updated = %s "
+    "FROM unnest(%s::text[], %s::bigint[]) AS b(id, started) "
+    "WHERE t.id = b.id AND t.state = 'running' AND t.lease_owner = %s"
+)
+"""Claimed tasks given back unstarted: READY again as before the claim (their run count and the
+start of their previous run restored), under a new version."""
+
+# One group of outcomes: the rows to change come as JSON records of the table's own row type, so
+# every changed column arrives with its column's type. Each record names the state and the owner
+# its row must still have; the state compared as a record's value, not a constant, keeps the
+# planner on the primary key (one lookup per record) whatever its statistics say about how many
+# rows are RUNNING, instead of a scan of the partial index of running tasks and a hash join.
+_FINISH = (
+    "UPDATE tasks t SET state = %s, version = t.version + 1, updated = %s, lease_owner = NULL, "
+    "lease_expires = NULL{sets} FROM json_populate_recordset(NULL::tasks, %s::json) AS f "
+    "WHERE t.id = f.id AND t.state = f.state AND t.lease_owner = f.lease_owner" + RETURNING
+)
+PENDING_AMONG = (
+    "SELECT id, due, schedule_id FROM (SELECT id, due, schedule_id, state, unmet FROM tasks "
+    "WHERE id = ANY(%s) OFFSET 0) t WHERE state = 'pending' AND unmet = 0 ORDER BY due, id"
+)
+"""Those of some ids still waiting to be promoted. The ids are looked up on the primary key
+first (``OFFSET 0`` keeps the state test out of that lookup): tested in the same ``WHERE``, it
+could send the planner along the partial index of every PENDING task instead."""
+_TAKE_EDGES = "DELETE FROM deps WHERE upstream = ANY(%s) RETURNING upstream, downstream"
+
+_ID = TASKS.position["id"]
+_FUNC = TASKS.position["func"]
+_PRIORITY = TASKS.position["priority"]
+_DUE = TASKS.position["due"]
+_PREVIOUS_START = len(TASKS.names)
+_RUN = TaskState.RUNNING
+_READY = TaskState.READY
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+Settle = Callable[[Conn, str, TaskState, int, list[str]], tuple[Any, ...]]
+"""``settle(conn, upstream_id, state, now_us, downstream_ids)``: the store's settling of the
+dependents of an ended task whose edges (*downstream_ids*) were already taken."""
+
+
+def claim_next(
+    conn: Conn,
+    *,
+    owner: str,
+    lease_us: int,
+    now_us: int,
+    limit: int,
+    queues: Sequence[str] | None,
+    unclaimable: list[str],
+    claimable: Callable[[str], bool],
+) -> tuple[list[Row], bool]:
+    """Claim up to *limit* READY rows on an autocommitted *conn* (one statement, one round
+    trip). *unclaimable* names the functions known not to import here, which the claim skips;
+    a row calling one found now (*claimable* false) is handed back at once (:data:`HAND_BACK`).
+
+    Returns the claimed rows, highest priority then earliest due first, and whether some were
+    handed back (the caller announces them READY).
+    """
+    where, params = "", []
+    if queues is not None:
+        where += " AND queue = ANY(%s)"
+        params.append(list(dict.fromkeys(queues)))
+    if unclaimable:
+        where += " AND func <> ALL(%s)"
+        params.append(unclaimable)
+    rows = conn.execute(
+        CLAIM.format(where=where).encode(), (*params, limit, owner, lease_us, now_us, now_us)
+    ).fetchall()
+    bad = {f for f in {r[_FUNC] for r in rows} if not claimable(f)}
+    if bad:
+        back = [r for r in rows if r[_FUNC] in bad]
+        conn.execute(
+            HAND_BACK,
+            (now_us, [r[_ID] for r in back], [r[_PREVIOUS_START] for r in back], owner),
+        )
+    kept = [r[:_PREVIOUS_START] for r in rows if r[_FUNC] not in bad]
+    kept.sort(key=lambda r: (-r[_PRIORITY], r[_DUE]))
+    return kept, bool(bad)
+
+
+def check_finishes(finishes: Sequence[Finish]) -> list[tuple[Finish, TaskState, list[str], str]]:
+    """Each finish with its state, the columns it changes and its record's JSON, checked before
+    anything is written.
+
+    Raises:
+        TypeError: a finish sets the lease (finishing clears it) or a field no transition sets.
+        InvalidTransitionError: a run cannot end in the state asked for.
+    """
+    prepared = []
+    for f in finishes:
+        if "lease_owner" in f.changes or "lease_expires" in f.changes:
+            raise TypeError("finish clears the lease itself: do not pass lease_owner/lease_expires")
+        state = TaskState(f.state)
+        check_transition(f.task_id, _RUN, state)
+        cols, vals, _ = TASKS.encode_changes(f.changes)
+        record = dict(zip(cols, vals, strict=True))
+        record["id"] = f.task_id
+        record["lease_owner"] = f.owner
+        record["state"] = _RUN.value
+        prepared.append((f, state, cols, json.dumps(record)))
+    return prepared
+
+
+def finish_many(
+    conn: Conn,
+    prepared: Sequence[tuple[Finish, TaskState, list[str], str]],
+    now_us: int,
+    settle: Settle,
+) -> tuple[list[Changed | None], bool]:
+    """Store *prepared* (from :func:`check_finishes`) in *conn*'s transaction: one statement per
+    (state, changed columns), then the edges of what ended (see the module docstring).
+
+    Returns one result per finish (``None``: the owner does not hold the task) and whether a
+    task went back to READY (the caller announces it).
+    """
+    groups: dict[tuple[TaskState, tuple[str, ...]], list[int]] = {}
+    for k, (_, state, cols, _) in enumerate(prepared):
+        groups.setdefault((state, tuple(cols)), []).append(k)
+    rows: dict[int, Row] = {}
+    seen: set[str] = set()
+    for (state, changed), group in groups.items():
+        # a task finished twice in one call: the first finish counts, the later ones find it
+        # no longer RUNNING, as they would one after the other
+        members = []
+        for k in group:
+            if prepared[k][0].task_id not in seen:
+                seen.add(prepared[k][0].task_id)
+                members.append(k)
+        sets = "".join(f", {c} = f.{c}" for c in changed)
+        records = "[" + ",".join(prepared[k][3] for k in members) + "]"
+        got = conn.execute(
+            _FINISH.format(sets=sets).encode(), (state.value, now_us, records)
+        ).fetchall()
+        by_id = {r[_ID]: r for r in got}
+        for k in members:
+            row = by_id.get(prepared[k][0].task_id)
+            if row is not None:
+                rows[k] = row
+    ended = [prepared[k][0].task_id for k in rows if prepared[k][1] in TERMINAL_STATES]
+    edges: dict[str, list[str]] = {}
+    if ended:
+        for up, down in conn.execute(_TAKE_EDGES, (ended,)):
+            edges.setdefault(up, []).append(down)
+    out: list[Changed | None] = []
+    released = False
+    for k, (f, state, _, _) in enumerate(prepared):
+        row = rows.get(k)
+        if row is None:
+            out.append(None)
+            continue
+        released = released or state is _READY
+        downs = edges.pop(f.task_id, None)
+        deps = settle(conn, f.task_id, state, now_us, downs) if downs else ()
+        out.append(Changed(TASKS.decode(row), deps))
+    return out, released
