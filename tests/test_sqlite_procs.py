@@ -12,7 +12,7 @@ import random
 import signal
 import time
 from collections import Counter
-from multiprocessing.synchronize import Event
+from multiprocessing.synchronize import Barrier, Event
 from pathlib import Path
 
 import pytest
@@ -38,9 +38,12 @@ def _fill(path: Path, n: int, now: float) -> None:
 
 
 # -- claim race ----------------------------------------------------------------------------------------
-def _claimer(path: str, owner: str, out: str, seed: int) -> None:
+def _claimer(path: str, owner: str, out: str, seed: int, start: Barrier) -> None:
     store = SQLiteStore(path, durability="fast", busy_timeout=30)
     rng = random.Random(seed)
+    # every process claims from the same moment: on a loaded host the first ones up could
+    # otherwise drain the queue before the last one has started, and nothing would race
+    start.wait(120)
     claimed: list[str] = []
     while True:
         now = time.time()
@@ -58,8 +61,10 @@ def _claim_race(tmp_path: Path, procs: int, tasks: int, timeout: float) -> None:
     db = tmp_path / "race.db"
     _fill(db, tasks, time.time())
     outs = [tmp_path / f"claimed-{k}.txt" for k in range(procs)]
+    start = CTX.Barrier(procs)
     workers = [
-        CTX.Process(target=_claimer, args=(str(db), f"w{k}", str(outs[k]), k)) for k in range(procs)
+        CTX.Process(target=_claimer, args=(str(db), f"w{k}", str(outs[k]), k, start))
+        for k in range(procs)
     ]
     for w in workers:
         w.start()
@@ -134,7 +139,7 @@ def test_killed_workers_lose_no_task(tmp_path: Path) -> None:
     requeued: Counter[str] = Counter()
     killed: list[str] = []
     next_kill = time.monotonic()
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 300  # a bound against hanging on a loaded host, not a timing
     try:
         while True:
             assert time.monotonic() < deadline, f"no drain in time: {store.count_by_state()}"
