@@ -2,7 +2,7 @@
 APScheduler 3.
 
 Run: ``python benchmarks/bench_herd.py [--schedules N] [--quick] [--no-sqlite] [--no-real]
-[--real-only] [--create-rounds K]``
+[--real-only] [--create-only] [--create-rounds K]``
 
 Sections (one run, same machine, same moment; ratios against APScheduler measured in it):
 
@@ -197,50 +197,69 @@ class Longest:
     collected: int
     cpu_p99: float
     over_10ms: int  # steps whose CPU time exceeded 10 ms
+    refill_in_slow: float  # the most CPU refill_ready took in one of those steps
+    refill_longest: float  # the most CPU refill_ready took in any step
 
     def text(self) -> str:
         return (
             f"{_ms(self.wall)} wall / {_ms(self.cpu)} CPU; without the {self.collected} of "
             f"{self.steps} steps with a full collection {_ms(self.wall_clean)} / "
-            f"{_ms(self.cpu_clean)}; p99 {_ms(self.cpu_p99)} CPU, {self.over_10ms} over 10 ms"
+            f"{_ms(self.cpu_clean)}; p99 {_ms(self.cpu_p99)} CPU, {self.over_10ms} over 10 ms; "
+            f"refill_ready: at most {_ms(self.refill_longest)} CPU in a step, "
+            f"{_ms(self.refill_in_slow)} in those over 10 ms"
         )
 
 
 @dataclass
 class StepTimes:
     """Every ``Trigger.step`` timed: (instant on the scheduler's clock, perf start, wall
-    seconds, seconds of the trigger thread's CPU). The wall time of a step includes waiting for
-    the interpreter while worker threads hold it; its CPU time is the trigger's own work."""
+    seconds, seconds of the trigger thread's CPU, of which in ``refill_ready``). The wall time
+    of a step includes waiting for the interpreter while worker threads hold it; its CPU time is
+    the trigger's own work."""
 
-    steps: list[tuple[float, float, float, float]] = field(default_factory=list)
+    steps: list[tuple[float, float, float, float, float]] = field(default_factory=list)
     after: Callable[[float], None] | None = None
 
     def install(self, trigger: Trigger) -> None:
-        step = trigger.step
+        step, refill = trigger.step, trigger.refill_ready
         perf, cpu = time.perf_counter, time.thread_time
+        refilling = [0.0]  # CPU seconds in refill_ready during the current step
+
+        def timed_refill() -> None:
+            used = cpu()
+            try:
+                refill()
+            finally:
+                refilling[0] += cpu() - used
 
         def timed(now: float, *, advance: bool = True) -> float | None:
+            refilling[0] = 0.0
             began, used = perf(), cpu()
             deadline = step(now, advance=advance)
-            self.steps.append((now, began, perf() - began, cpu() - used))
+            self.steps.append((now, began, perf() - began, cpu() - used, refilling[0]))
             if self.after is not None:
                 self.after(now)
             return deadline
 
-        trigger.step = timed  # type: ignore[method-assign]  # an instrument for this run only
+        # instruments for this run only
+        trigger.refill_ready = timed_refill  # type: ignore[method-assign]
+        trigger.step = timed  # type: ignore[method-assign]
 
     def longest(
         self, watch: CollectionWatch, start: float = -math.inf, end: float = math.inf
     ) -> Longest:
-        chosen = [(b, w, c) for now, b, w, c in self.steps if start <= now < end]
-        clean = [(w, c) for b, w, c in chosen if not watch.overlaps(b, b + w)]
-        cpu = sorted(c for _, _, c in chosen)
+        chosen = [(b, w, c, r) for now, b, w, c, r in self.steps if start <= now < end]
+        clean = [(w, c) for b, w, c, _ in chosen if not watch.overlaps(b, b + w)]
+        cpu = sorted(c for _, _, c, _ in chosen)
+        slow = [r for _, _, c, r in chosen if c > 0.010]
         return Longest(
             cpu_p99=cpu[min(len(cpu) - 1, math.ceil(0.99 * len(cpu)) - 1)] if cpu else 0.0,
-            over_10ms=sum(1 for c in cpu if c > 0.010),
-            wall=max((w for _, w, _ in chosen), default=0.0),
+            over_10ms=len(slow),
+            refill_in_slow=max(slow, default=0.0),
+            refill_longest=max((r for _, _, _, r in chosen), default=0.0),
+            wall=max((w for _, w, _, _ in chosen), default=0.0),
             wall_clean=max((w for w, _ in clean), default=0.0),
-            cpu=max((c for _, _, c in chosen), default=0.0),
+            cpu=max(cpu, default=0.0),
             cpu_clean=max((c for _, c in clean), default=0.0),
             steps=len(chosen),
             collected=len(chosen) - len(clean),
@@ -639,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-sqlite", action="store_true", help="skip the SQLite tick")
     ap.add_argument("--no-real", action="store_true", help="skip the real-clock section")
     ap.add_argument("--real-only", action="store_true", help="the real-clock section alone")
+    ap.add_argument("--create-only", action="store_true", help="sections (a) and (b) alone")
     ap.add_argument("--profile-size", type=int, default=None, help="schedules profiled")
     ap.add_argument(
         "--create-rounds", type=int, default=2, help="rounds of (a), the libraries taking turns"
@@ -715,6 +735,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {start.isoformat()}  {count:>10,}")
     for h in herds:
         print(f"  {h}")
+
+    if args.create_only:
+        print(f"\ntotal run time {time.perf_counter() - began:.0f} s")
+        return 0
 
     # (c)
     print(
