@@ -210,40 +210,100 @@ class Longest:
         )
 
 
+#: what a trigger step may spend its time on, timed apart (nested ones are counted in both)
+STEP_PARTS = (
+    "reap",
+    "_release",
+    "promote",
+    "refill_ready",
+    "refill_wheel",
+    "poll",
+    "_look",
+    "_prewarm",
+)
+
+
 @dataclass
 class StepTimes:
     """Every ``Trigger.step`` timed: (instant on the scheduler's clock, perf start, wall
     seconds, seconds of the trigger thread's CPU, of which in ``refill_ready``). The wall time
     of a step includes waiting for the interpreter while worker threads hold it; its CPU time is
-    the trigger's own work."""
+    the trigger's own work. Steps of more than 10 ms of CPU keep their breakdown (``slow``):
+    the CPU in each of :data:`STEP_PARTS`, in the store's ``ready()``, in the retention pass,
+    in handing the collector back, and in garbage collections (any generation)."""
 
     steps: list[tuple[float, float, float, float, float]] = field(default_factory=list)
+    slow: list[tuple[float, float, dict[str, float]]] = field(default_factory=list)
     after: Callable[[float], None] | None = None
 
     def install(self, trigger: Trigger) -> None:
-        step, refill = trigger.step, trigger.refill_ready
         perf, cpu = time.perf_counter, time.thread_time
-        refilling = [0.0]  # CPU seconds in refill_ready during the current step
+        parts: dict[str, float] = {}
+        stepping = [False]
 
-        def timed_refill() -> None:
-            used = cpu()
-            try:
-                refill()
-            finally:
-                refilling[0] += cpu() - used
+        def timed_part(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*args: Any, **kwargs: Any) -> Any:
+                if not stepping[0]:
+                    return fn(*args, **kwargs)
+                used = cpu()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    parts[name] = parts.get(name, 0.0) + cpu() - used
+
+            return run
+
+        # instruments for this run only: instance attributes shadow the methods
+        for name in STEP_PARTS:
+            setattr(trigger, name, timed_part(name, getattr(trigger, name)))
+        store = trigger.store
+        store.ready = timed_part("store.ready", store.ready)  # type: ignore[method-assign]
+        if trigger.retention is not None:
+            retention = trigger.retention
+            retention.step = timed_part("retention", retention.step)  # type: ignore[method-assign]
+        collector = trigger.collector
+        collector.release = timed_part("collector.release", collector.release)  # type: ignore[method-assign]
+        began_gc = [0.0]
+
+        def on_gc(phase: str, info: dict[str, int]) -> None:
+            if not stepping[0]:
+                return
+            if phase == "start":
+                began_gc[0] = cpu()
+            else:
+                key = f"gc{info['generation']}"
+                parts[key] = parts.get(key, 0.0) + cpu() - began_gc[0]
+
+        gc.callbacks.append(on_gc)
+        step = trigger.step
 
         def timed(now: float, *, advance: bool = True) -> float | None:
-            refilling[0] = 0.0
+            parts.clear()
+            stepping[0] = True
             began, used = perf(), cpu()
-            deadline = step(now, advance=advance)
-            self.steps.append((now, began, perf() - began, cpu() - used, refilling[0]))
+            try:
+                deadline = step(now, advance=advance)
+            finally:
+                stepping[0] = False
+            spent = cpu() - used
+            self.steps.append((now, began, perf() - began, spent, parts.get("refill_ready", 0.0)))
+            if spent > 0.010:
+                self.slow.append((now, spent, dict(parts)))
             if self.after is not None:
                 self.after(now)
             return deadline
 
-        # instruments for this run only
-        trigger.refill_ready = timed_refill  # type: ignore[method-assign]
         trigger.step = timed  # type: ignore[method-assign]
+
+    def slow_steps(self, start: float, end: float, most: int = 8) -> list[str]:
+        """The slowest steps (over 10 ms of CPU) in [start, end): their breakdown, one line
+        each (instants relative to *start*)."""
+        chosen = sorted((x for x in self.slow if start <= x[0] < end), key=lambda x: -x[1])
+        return [
+            f"at +{now - start:.3f} s: {_ms(spent)} CPU; "
+            + ", ".join(f"{k} {_ms(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
+            for now, spent, parts in chosen[:most]
+        ]
 
     def longest(
         self, watch: CollectionWatch, start: float = -math.inf, end: float = math.inf
@@ -486,6 +546,7 @@ class RealHerd:
     longest_during: Longest
     collections: list[float]
     prepared: int
+    slow_during: list[str]
 
 
 def real_herd(n: int, workers: int, lead: float) -> RealHerd:
@@ -530,6 +591,7 @@ def real_herd(n: int, workers: int, lead: float) -> RealHerd:
             longest_during=times.longest(watch, MIDNIGHT, MIDNIGHT + 3600),
             collections=spans,
             prepared=prepared,
+            slow_during=times.slow_steps(MIDNIGHT, MIDNIGHT + 3600),
         )
 
 
@@ -620,6 +682,9 @@ def real_section(n: int, workers: int, lead: float, rounds: int) -> None:
     )
     print(f"    longest step, the 5 minutes before: {big.longest_before.text()}")
     print(f"    longest step, during the herd:      {big.longest_during.text()}")
+    for label, run in (("alone", alone), (f"{workers} workers", big)):
+        for line in run.slow_during:
+            print(f"    slow step after midnight ({label}) {line}")
     for label, run in (("alone", alone), ("with workers", big)):
         if run.collections:
             print(
