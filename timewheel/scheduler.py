@@ -436,7 +436,12 @@ class Scheduler:
             DuplicateKeyError: *id* exists and *on_conflict* is ``"error"``.
         """
         mem = self._compact
-        if (
+        if delay is None and ("cron" in options or "every" in options):
+            self._accepting()  # a recurring call with options checked before (shapes.py)
+            series = self._runtime.known_series(func, args, options, self._time)
+            if series is not None:
+                return series.create(self._runtime.recurring)
+        elif (
             mem is not None
             and self._state != "stopped"
             and callable(func)
@@ -449,11 +454,6 @@ class Scheduler:
             )
             if task_id is not None:
                 return Job(self._runtime, task_id)
-        if delay is None and ("cron" in options or "every" in options):
-            self._accepting()  # a recurring call with options checked before (shapes.py)
-            series = self._runtime.known_series(func, args, options, self._time)
-            if series is not None:
-                return series.create(self._runtime.recurring)
         unknown = options.keys() - SCHEDULE_OPTIONS
         if unknown:
             raise TypeError(unknown_options(unknown))

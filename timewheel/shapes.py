@@ -61,6 +61,10 @@ def series_key(
     every option but ``id=`` and ``kwargs=``, each value with its type. ``None`` when the call
     is not recurring (no ``cron=`` or ``every=``). The key may hold an unhashable value:
     :meth:`Shapes.get` then finds nothing."""
+    if len(options) == 2 and "id" in options:  # the usual herd member: cron= and id= alone
+        cron = options.get("cron")
+        if cron.__class__ is str:
+            return (func, cron)  # two items: no other key is that short
     if "cron" not in options and "every" not in options:
         return None
     key: list[Any] = [func]
