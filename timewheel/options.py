@@ -344,32 +344,23 @@ def known_series(
     Raises:
         TypeError, SerializationError: as :func:`call_target`.
     """
-    known = _known(func, args, options, durable, allowlist, shapes)
-    if known is None:
-        return None
-    shape, ref, kwargs = known
-    return Series(func, ref, args, kwargs, time(), options.get("id"), shape)
-
-
-def _known(
-    func: Callable[..., Any] | str,
-    args: tuple[Any, ...],
-    options: Mapping[str, Any],
-    durable: bool,
-    allowlist: Allowlist | None,
-    shapes: Shapes,
-) -> tuple[SeriesShape, Callable[..., Any] | str, Mapping[str, Any]] | None:
-    """The known shape of a recurring call and its own checked parts, or ``None``."""
     key = series_key(func, options)
     if key is None:
         return None
-    shape = shapes.get(key)
+    try:
+        shape = shapes.get(key)
+    except TypeError:  # an option value that cannot be hashed: never kept
+        return None
     if shape is None:
         return None
-    ref, kwargs = call_target(
-        func, args, options.get("kwargs"), durable=durable, allowlist=allowlist
-    )
-    return shape, ref, kwargs
+    kwargs = options.get("kwargs")
+    ref: Callable[..., Any] | str
+    checked: Mapping[str, Any]
+    if kwargs is None and not durable and callable(func):
+        ref, checked = func, EMPTY_KWARGS  # nothing of this call's own to check
+    else:
+        ref, checked = call_target(func, args, kwargs, durable=durable, allowlist=allowlist)
+    return Series(func, ref, args, checked, time(), options.get("id"), shape)
 
 
 def prepare(
@@ -395,10 +386,17 @@ def prepare(
     """
     key = None
     if shapes is not None and delay is None:
-        known = _known(func, args, options, durable, allowlist, shapes)
+        known = known_series(
+            func,
+            args,
+            options,
+            time=lambda: now,
+            durable=durable,
+            allowlist=allowlist,
+            shapes=shapes,
+        )
         if known is not None:
-            shape, ref, kwargs = known
-            return Series(func, ref, args, kwargs, now, options.get("id"), shape)
+            return known
         key = series_key(func, options)
     cron, every = options.pop("cron", None), options.pop("every", None)
     if cron is not None or every is not None:

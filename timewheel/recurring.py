@@ -545,7 +545,7 @@ class Recurring:
             raise InvalidScheduleError(
                 f"schedule id must be a non-empty string without '@' (got {sid!r})"
             )
-        store = self.store
+        store = self.host.store
         rec = ScheduleRecord(
             id=sid,
             func=series.ref,

@@ -437,10 +437,11 @@ class Scheduler:
         """
         mem = self._compact
         if delay is None and ("cron" in options or "every" in options):
-            self._accepting()  # a recurring call with options checked before (shapes.py)
+            if self._state == "inherited" or self._state == "stopped":
+                self._accepting()  # adopt it, or refuse
             series = self._runtime.known_series(func, args, options, self._time)
-            if series is not None:
-                return series.create(self._runtime.recurring)
+            if series is not None:  # a recurring call with options checked before (shapes.py)
+                return self._runtime.recurring.create(series)
         elif (
             mem is not None
             and self._state != "stopped"

@@ -60,7 +60,7 @@ def series_key(
     """The key of the shape a ``schedule(func, ..., **options)`` call makes: the function and
     every option but ``id=`` and ``kwargs=``, each value with its type. ``None`` when the call
     is not recurring (no ``cron=`` or ``every=``). The key may hold an unhashable value:
-    :meth:`Shapes.get` then finds nothing."""
+    :meth:`Shapes.get` then raises ``TypeError``."""
     if len(options) == 2 and "id" in options:  # the usual herd member: cron= and id= alone
         cron = options.get("cron")
         if cron.__class__ is str:
@@ -74,24 +74,18 @@ def series_key(
     return tuple(key)
 
 
-class Shapes:
-    """Shapes by :func:`series_key`, at most *size* of them (cleared when full: a burst of
-    distinct option sets starts over rather than tracking age). Thread-safe: a read is one
-    dict lookup, without a lock."""
+class Shapes(dict[tuple[Any, ...], SeriesShape]):
+    """Shapes by :func:`series_key` (read with ``get``, which raises ``TypeError`` for a key
+    that cannot be hashed), at most *size* of them (cleared when full: a burst of distinct
+    option sets starts over rather than tracking age). Thread-safe: a read is one dict lookup,
+    without a lock; :meth:`keep` writes under one."""
 
-    __slots__ = ("_lock", "_shapes", "size")
+    __slots__ = ("_lock", "size")
 
     def __init__(self, size: int = 1_024) -> None:
+        super().__init__()
         self.size = size
-        self._shapes: dict[tuple[Any, ...], SeriesShape] = {}
         self._lock = threading.Lock()
-
-    def get(self, key: tuple[Any, ...]) -> SeriesShape | None:
-        """The shape kept under *key*, or ``None`` (also for a key that cannot be hashed)."""
-        try:
-            return self._shapes.get(key)
-        except TypeError:
-            return None
 
     def keep(self, key: tuple[Any, ...], shape: SeriesShape) -> None:
         """Keep *shape* under *key* (nothing when it cannot be hashed or is not reusable)."""
@@ -102,9 +96,6 @@ class Shapes:
         except TypeError:
             return
         with self._lock:
-            if len(self._shapes) >= self.size:
-                self._shapes.clear()
-            self._shapes[key] = shape
-
-    def __len__(self) -> int:
-        return len(self._shapes)
+            if len(self) >= self.size:
+                self.clear()
+            self[key] = shape
