@@ -330,7 +330,6 @@ def known_series(
     func: Callable[..., Any] | str,
     args: tuple[Any, ...],
     options: Mapping[str, Any],
-    *,
     time: Callable[[], float],
     durable: bool,
     allowlist: Allowlist | None,
@@ -386,15 +385,7 @@ def prepare(
     """
     key = None
     if shapes is not None and delay is None:
-        known = known_series(
-            func,
-            args,
-            options,
-            time=lambda: now,
-            durable=durable,
-            allowlist=allowlist,
-            shapes=shapes,
-        )
+        known = known_series(func, args, options, lambda: now, durable, allowlist, shapes)
         if known is not None:
             return known
         key = series_key(func, options)

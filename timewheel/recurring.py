@@ -63,7 +63,7 @@ from timewheel.task import (
     ScheduleRecord,
     Task,
     TaskState,
-    instance_id,
+    instance_suffix,
     schedule_of,
     slot_of,
 )
@@ -357,7 +357,7 @@ class Recurring:
         self._rules = RuleCache()
         # checked option sets -> what they make (shapes.py): a herd's calls share one
         self.shapes = Shapes()
-        self._extras: dict[tuple[float, bool], Mapping[str, Any]] = {}  # see _extra
+        self._slots: dict[tuple[float, bool], tuple[str, Mapping[str, Any]]] = {}  # _slot_parts
         self._retries: dict[tuple[Any, ...], Any] = {}  # stored retry spec -> Retry
         # option values -> a shared read-only mapping of them (read without the lock)
         self._options: dict[tuple[Any, ...] | None, Mapping[str, Any]] = {}
@@ -620,8 +620,9 @@ class Recurring:
         if now is None:
             now = self.host.clock.time()
         due = slot if catchup else rule.jittered(slot, self._rng)
+        suffix, extra = self._slot_parts(slot, catchup)
         return Task(
-            id=instance_id(rec.id, slot),
+            id=rec.id + suffix,
             func=rec.func,
             args=rec.args,
             kwargs=rec.kwargs,
@@ -633,21 +634,22 @@ class Recurring:
             created=now,
             updated=now,
             schedule_id=rec.id,
-            extra=self._extra(slot, catchup),
+            extra=extra,
         )
 
-    def _extra(self, slot: float, catchup: bool) -> Mapping[str, Any]:
-        """An instance's ``extra`` (its slot, and whether it is a catch-up run) as a read-only
-        mapping shared by the instances of every schedule with that slot: a herd's heads and
-        successors cost no dict each."""
+    def _slot_parts(self, slot: float, catchup: bool) -> tuple[str, Mapping[str, Any]]:
+        """What the instances of every schedule share for a slot: the id suffix
+        (:func:`~timewheel.task.instance_suffix`) and ``extra`` (the slot, and whether it is a
+        catch-up run) as a read-only mapping; a herd's heads and successors cost no dict each."""
         key = (slot, catchup)
-        extra = self._extras.get(key)
-        if extra is None:
-            extra = MappingProxyType({"slot": slot, "catchup": True} if catchup else {"slot": slot})
-            if len(self._extras) >= _SHARED_OPTIONS:
-                self._extras.clear()  # many distinct slots: start over
-            self._extras[key] = extra
-        return extra
+        parts = self._slots.get(key)
+        if parts is None:
+            extra = {"slot": slot, "catchup": True} if catchup else {"slot": slot}
+            parts = (instance_suffix(slot), MappingProxyType(extra))
+            if len(self._slots) >= _SHARED_OPTIONS:
+                self._slots.clear()  # many distinct slots: start over
+            self._slots[key] = parts
+        return parts
 
     # -- firing ------------------------------------------------------------------------------
     def fire(self, ids: Sequence[str], now: float) -> FirePlan:

@@ -302,14 +302,11 @@ class Runtime:
         """The fast path of ``schedule()`` for a recurring call, both facades': a call whose
         options were checked before (:mod:`timewheel.shapes`) as a :class:`Series` to create;
         ``None`` sends it down the full path (see :func:`~timewheel.options.known_series`)."""
+        if isinstance(func, TaskFunction):
+            func = func.func
+        store, recurring = self.store, self.recurring
         return known_series(
-            func.func if isinstance(func, TaskFunction) else func,
-            args,
-            options,
-            time=time,
-            durable=self.store.durable,
-            allowlist=self.allowlist,
-            shapes=self.recurring.shapes,
+            func, args, options, time, store.durable, self.allowlist, recurring.shapes
         )
 
     def submit_compact(

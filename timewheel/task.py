@@ -614,7 +614,13 @@ _set_rec_updated = _record_setter("updated")
 
 def instance_id(schedule_id: str, slot: float) -> str:
     """The deterministic id of a schedule's instance for *slot*."""
-    return f"{schedule_id}@{round(slot * 1_000_000)}"
+    return schedule_id + instance_suffix(slot)
+
+
+def instance_suffix(slot: float) -> str:
+    """What :func:`instance_id` appends to the schedule id for *slot*: ``"@"`` and the slot in
+    integer microseconds (the same for every schedule with that slot)."""
+    return f"@{round(slot * 1_000_000)}"
 
 
 def slot_of(task_id: str) -> float:
