@@ -243,7 +243,12 @@ class ReadyIndex:
         lane = lanes.get(task.queue)
         if lane is None:
             lane = lanes[task.queue] = Lane()
-        lane.add(task.due, task.id, next(self._entries))
+        bucket = lane._by_due.get(task.due)
+        if bucket.__class__ is dict:  # a due time with tasks already (a herd): one insertion
+            bucket[task.id] = next(self._entries)
+            lane.size += 1
+        else:
+            lane.add(task.due, task.id, next(self._entries))
 
     def discard(self, task: Task) -> None:
         """Take a task out, given the snapshot it was indexed with (``KeyError`` if it was not)."""
