@@ -15,19 +15,16 @@ import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 from timewheel.errors import DuplicateKeyError, InvalidScheduleError
 from timewheel.jobs import Job, Step, TaskFunction
 from timewheel.refs import Allowlist, check_json, func_ref
 from timewheel.rules import Misfire, Overlap
-from timewheel.shapes import SeriesShape, Shapes, series_key
+from timewheel.shapes import Series, Shapes, series_key
 from timewheel.stores.base import OnConflict
 from timewheel.task import EMPTY_KWARGS, NO_RETRY, WHEN_VALUES, Retry, Task
 from timewheel.validate import instant, seconds
-
-if TYPE_CHECKING:
-    from timewheel.recurring import Recurring, Schedule
 
 __all__ = [
     "BIG_DELAY",
@@ -299,31 +296,6 @@ class OneShot:
 
     task: Task
     on_conflict: OnConflict
-
-
-@dataclass(slots=True)  # not frozen: one per schedule() call, built without object.__setattr__
-class Series:
-    """A prepared recurring schedule: what ``Recurring.create`` takes. Either *shape* is known
-    (a call with the same options was checked before) or it is built from *template* and the
-    rest (then kept under *key*)."""
-
-    func: Callable[..., Any] | str
-    ref: Callable[..., Any] | str
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
-    now: float
-    schedule_id: str | None
-    shape: SeriesShape | None = None
-    key: tuple[Any, ...] | None = None
-    template: Task | None = None
-    cron: str | None = None
-    every: float | timedelta | None = None
-    on_conflict: OnConflict = "replace"
-    options: dict[str, Any] | None = None
-
-    def create(self, recurring: Recurring) -> Schedule:
-        """Store the schedule and its first instance (a store step)."""
-        return recurring.create(self)
 
 
 def known_series(

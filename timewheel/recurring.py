@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from timewheel.clock import to_datetime
 from timewheel.errors import (
@@ -55,7 +55,7 @@ from timewheel.rules import (
     rule_from_spec,
     runs_alone,
 )
-from timewheel.shapes import SeriesShape, Shapes
+from timewheel.shapes import Series, SeriesShape, Shapes
 from timewheel.stores.base import Store
 from timewheel.task import (
     TERMINAL_STATES,
@@ -68,9 +68,6 @@ from timewheel.task import (
     slot_of,
 )
 from timewheel.validate import count, seconds
-
-if TYPE_CHECKING:
-    from timewheel.options import Series
 
 __all__ = [
     "Recurring",

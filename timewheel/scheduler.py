@@ -483,7 +483,7 @@ class Scheduler:
             shapes=self._runtime.recurring.shapes,
         )
         if isinstance(prepared, Series):
-            return prepared.create(self._runtime.recurring)
+            return self._runtime.recurring.create(prepared)
         return Job(self._runtime, self._runtime.submit(prepared.task, prepared.on_conflict))
 
     def schedule_many(

@@ -19,12 +19,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from timewheel.rules import Rule
-from timewheel.task import Retry
+from timewheel.stores.base import OnConflict
+from timewheel.task import Retry, Task
 
-__all__ = ["SeriesShape", "Shapes", "series_key"]
+__all__ = ["Series", "SeriesShape", "Shapes", "series_key"]
 
 #: the names of ``schedule()`` options that belong to one call, never to a shape
 _PER_CALL = frozenset({"id", "kwargs"})
@@ -52,6 +54,27 @@ class SeriesShape:
     timeout: float | None
     on_conflict: str
     reusable: bool
+
+
+@dataclass(slots=True)  # not frozen: one per schedule() call, built without object.__setattr__
+class Series:
+    """A prepared recurring schedule: what ``Recurring.create`` takes (``options.prepare`` and
+    ``options.known_series`` make it). Either *shape* is known (a call with the same options
+    was checked before) or it is built from *template* and the rest (then kept under *key*)."""
+
+    func: Callable[..., Any] | str
+    ref: Callable[..., Any] | str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    now: float
+    schedule_id: str | None
+    shape: SeriesShape | None = None
+    key: tuple[Any, ...] | None = None
+    template: Task | None = None
+    cron: str | None = None
+    every: float | timedelta | None = None
+    on_conflict: OnConflict = "replace"
+    options: dict[str, Any] | None = None
 
 
 def series_key(

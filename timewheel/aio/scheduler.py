@@ -372,10 +372,10 @@ class AsyncScheduler:
             # a recurring call with options checked before (see timewheel.shapes)
             series = self._runtime.known_series(func, args, options, self._time)
             if series is not None:
-                return await self._do(series.create, self._runtime.recurring)
+                return await self._do(self._runtime.recurring.create, series)
         prepared = self._prepare(func, args, delay, options)
         if isinstance(prepared, Series):
-            return await self._do(prepared.create, self._runtime.recurring)
+            return await self._do(self._runtime.recurring.create, prepared)
         runtime = self._runtime
         task_id = await self._do(runtime.submit, prepared.task, prepared.on_conflict)
         return AsyncJob(self, task_id)
@@ -446,8 +446,8 @@ class AsyncScheduler:
         assert isinstance(prepared, Series)
         recurring = self._runtime.recurring
         if self._runner.blocking and self._runner_open:
-            return self._runner.call(prepared.create, recurring)
-        return prepared.create(recurring)
+            return self._runner.call(recurring.create, prepared)
+        return recurring.create(prepared)
 
     def cron(self, expr: str, /, **options: Any) -> Callable[[F], F]:
         """Decorator: run the function on the cron expression *expr*; options as for
