@@ -2,7 +2,7 @@
 APScheduler 3.
 
 Run: ``python benchmarks/bench_herd.py [--schedules N] [--quick] [--no-sqlite] [--no-real]
-[--real-only] [--create-rounds K]``
+[--real-only] [--create-only] [--create-rounds K]``
 
 Sections (one run, same machine, same moment; ratios against APScheduler measured in it):
 
@@ -197,50 +197,129 @@ class Longest:
     collected: int
     cpu_p99: float
     over_10ms: int  # steps whose CPU time exceeded 10 ms
+    refill_in_slow: float  # the most CPU refill_ready took in one of those steps
+    refill_longest: float  # the most CPU refill_ready took in any step
 
     def text(self) -> str:
         return (
             f"{_ms(self.wall)} wall / {_ms(self.cpu)} CPU; without the {self.collected} of "
             f"{self.steps} steps with a full collection {_ms(self.wall_clean)} / "
-            f"{_ms(self.cpu_clean)}; p99 {_ms(self.cpu_p99)} CPU, {self.over_10ms} over 10 ms"
+            f"{_ms(self.cpu_clean)}; p99 {_ms(self.cpu_p99)} CPU, {self.over_10ms} over 10 ms; "
+            f"refill_ready: at most {_ms(self.refill_longest)} CPU in a step, "
+            f"{_ms(self.refill_in_slow)} in those over 10 ms"
         )
+
+
+#: what a trigger step may spend its time on, timed apart (nested ones are counted in both)
+STEP_PARTS = (
+    "reap",
+    "_release",
+    "promote",
+    "refill_ready",
+    "refill_wheel",
+    "poll",
+    "_look",
+    "_prewarm",
+)
 
 
 @dataclass
 class StepTimes:
     """Every ``Trigger.step`` timed: (instant on the scheduler's clock, perf start, wall
-    seconds, seconds of the trigger thread's CPU). The wall time of a step includes waiting for
-    the interpreter while worker threads hold it; its CPU time is the trigger's own work."""
+    seconds, seconds of the trigger thread's CPU, of which in ``refill_ready``). The wall time
+    of a step includes waiting for the interpreter while worker threads hold it; its CPU time is
+    the trigger's own work. Steps of more than 10 ms of CPU keep their breakdown (``slow``):
+    the CPU in each of :data:`STEP_PARTS`, in the store's ``ready()``, in the retention pass,
+    in handing the collector back, and in garbage collections (any generation)."""
 
-    steps: list[tuple[float, float, float, float]] = field(default_factory=list)
+    steps: list[tuple[float, float, float, float, float]] = field(default_factory=list)
+    slow: list[tuple[float, float, dict[str, float]]] = field(default_factory=list)
     after: Callable[[float], None] | None = None
 
     def install(self, trigger: Trigger) -> None:
-        step = trigger.step
         perf, cpu = time.perf_counter, time.thread_time
+        parts: dict[str, float] = {}
+        stepping = [False]
+
+        def timed_part(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*args: Any, **kwargs: Any) -> Any:
+                if not stepping[0]:
+                    return fn(*args, **kwargs)
+                used = cpu()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    parts[name] = parts.get(name, 0.0) + cpu() - used
+
+            return run
+
+        # instruments for this run only: instance attributes shadow the methods
+        for name in STEP_PARTS:
+            setattr(trigger, name, timed_part(name, getattr(trigger, name)))
+        store = trigger.store
+        store.ready = timed_part("store.ready", store.ready)  # type: ignore[method-assign]
+        if trigger.retention is not None:
+            retention = trigger.retention
+            retention.step = timed_part("retention", retention.step)  # type: ignore[method-assign]
+        collector = trigger.collector
+        collector.release = timed_part("collector.release", collector.release)  # type: ignore[method-assign]
+        began_gc = [0.0]
+
+        def on_gc(phase: str, info: dict[str, int]) -> None:
+            if not stepping[0]:
+                return
+            if phase == "start":
+                began_gc[0] = cpu()
+            else:
+                key = f"gc{info['generation']}"
+                parts[key] = parts.get(key, 0.0) + cpu() - began_gc[0]
+
+        gc.callbacks.append(on_gc)
+        step = trigger.step
 
         def timed(now: float, *, advance: bool = True) -> float | None:
+            parts.clear()
+            stepping[0] = True
             began, used = perf(), cpu()
-            deadline = step(now, advance=advance)
-            self.steps.append((now, began, perf() - began, cpu() - used))
+            try:
+                deadline = step(now, advance=advance)
+            finally:
+                stepping[0] = False
+            spent = cpu() - used
+            self.steps.append((now, began, perf() - began, spent, parts.get("refill_ready", 0.0)))
+            if spent > 0.010:
+                self.slow.append((now, spent, dict(parts)))
             if self.after is not None:
                 self.after(now)
             return deadline
 
-        trigger.step = timed  # type: ignore[method-assign]  # an instrument for this run only
+        trigger.step = timed  # type: ignore[method-assign]
+
+    def slow_steps(self, start: float, end: float, most: int = 8) -> list[str]:
+        """The slowest steps (over 10 ms of CPU) in [start, end): their breakdown, one line
+        each (instants relative to *start*)."""
+        chosen = sorted((x for x in self.slow if start <= x[0] < end), key=lambda x: -x[1])
+        return [
+            f"at +{now - start:.3f} s: {_ms(spent)} CPU; "
+            + ", ".join(f"{k} {_ms(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
+            for now, spent, parts in chosen[:most]
+        ]
 
     def longest(
         self, watch: CollectionWatch, start: float = -math.inf, end: float = math.inf
     ) -> Longest:
-        chosen = [(b, w, c) for now, b, w, c in self.steps if start <= now < end]
-        clean = [(w, c) for b, w, c in chosen if not watch.overlaps(b, b + w)]
-        cpu = sorted(c for _, _, c in chosen)
+        chosen = [(b, w, c, r) for now, b, w, c, r in self.steps if start <= now < end]
+        clean = [(w, c) for b, w, c, _ in chosen if not watch.overlaps(b, b + w)]
+        cpu = sorted(c for _, _, c, _ in chosen)
+        slow = [r for _, _, c, r in chosen if c > 0.010]
         return Longest(
             cpu_p99=cpu[min(len(cpu) - 1, math.ceil(0.99 * len(cpu)) - 1)] if cpu else 0.0,
-            over_10ms=sum(1 for c in cpu if c > 0.010),
-            wall=max((w for _, w, _ in chosen), default=0.0),
+            over_10ms=len(slow),
+            refill_in_slow=max(slow, default=0.0),
+            refill_longest=max((r for _, _, _, r in chosen), default=0.0),
+            wall=max((w for _, w, _, _ in chosen), default=0.0),
             wall_clean=max((w for w, _ in clean), default=0.0),
-            cpu=max((c for _, _, c in chosen), default=0.0),
+            cpu=max(cpu, default=0.0),
             cpu_clean=max((c for _, c in clean), default=0.0),
             steps=len(chosen),
             collected=len(chosen) - len(clean),
@@ -266,12 +345,19 @@ def build(
 
 def populate(s: Scheduler, n: int, expressions: Sequence[str] = ("0 0 * * *",)) -> float:
     """Schedule *n* herd members over *expressions* (round robin); the seconds it took."""
+    return populate_timed(s, n, expressions)[0]
+
+
+def populate_timed(
+    s: Scheduler, n: int, expressions: Sequence[str] = ("0 0 * * *",)
+) -> tuple[float, float]:
+    """:func:`populate`: (wall seconds, seconds of this thread's CPU)."""
     k = len(expressions)
     gc.collect()
-    t0 = time.perf_counter()
+    c0, t0 = time.thread_time(), time.perf_counter()
     for i in range(n):
         s.schedule(noop, cron=expressions[i % k], id=f"herd-{i}")
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.thread_time() - c0
 
 
 def create_heap(n: int) -> float:
@@ -296,8 +382,9 @@ class Overran(RuntimeError):
     """Setup took longer than the lead planned before the shared due instant."""
 
 
-def aps_create_and_trigger(n: int, lead: float = 1.0) -> tuple[float, float]:
-    """APScheduler 3: (seconds to add N cron jobs, seconds for them all to fire).
+def aps_create_and_trigger(n: int, lead: float = 1.0) -> tuple[float, float, float]:
+    """APScheduler 3: (seconds to add N cron jobs, the adding thread's CPU seconds, seconds for
+    them all to fire).
 
     The jobs use ``CronTrigger(hour=H, minute=M, second=S)``, the same trigger class with the
     same kind of fixed fields as ``hour=0, minute=0``, aimed at a real instant a few seconds
@@ -317,11 +404,12 @@ def aps_create_and_trigger(n: int, lead: float = 1.0) -> tuple[float, float]:
         ahead = lead * (1.5 * n * per_add + 2.0)
         fire = datetime.fromtimestamp(math.ceil(time.time() + ahead), UTC)
         gc.collect()
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         for i in range(n):
             trig = CronTrigger(hour=fire.hour, minute=fire.minute, second=fire.second, timezone=UTC)
             s.add_job(noop, trig, id=f"herd-{i}")
         t_add = time.perf_counter() - t0
+        cpu_add = time.thread_time() - c0
         if datetime.now(UTC) >= fire:
             raise Overran
         s.resume()
@@ -331,12 +419,12 @@ def aps_create_and_trigger(n: int, lead: float = 1.0) -> tuple[float, float]:
         jobs: list[tuple[Any, float]] = store._jobs
         while jobs[0][1] <= fire_ts:
             time.sleep(0.001)
-        return t_add, time.time() - fire_ts
+        return t_add, cpu_add, time.time() - fire_ts
     finally:
         s.shutdown(wait=False)
 
 
-def aps_retry(n: int) -> tuple[float, float]:
+def aps_retry(n: int) -> tuple[float, float, float]:
     for lead in (1.0, 2.0, 4.0):
         try:
             return aps_create_and_trigger(n, lead)
@@ -366,6 +454,7 @@ class Tick:
     successors: int
     report: str
     correct: bool
+    refill: float  # CPU seconds of one refill of the ready queue from the store's backlog
 
 
 def fake_tick(
@@ -417,6 +506,7 @@ def fake_tick(
     longest = times.longest(watch, end=instant)
     successors = counts.get(P, 0)
     queued = len(s.ready_queue)
+    refill = refill_from_backlog(s, clock.time()) if store is None else math.nan
     s.shutdown(wait=False)
     if store is not None:
         store.close()
@@ -435,7 +525,29 @@ def fake_tick(
         successors=successors,
         report=str(herd),
         correct=correct,
+        refill=refill,
     )
+
+
+def refill_from_backlog(s: Scheduler, now: float, rounds: int = 3) -> float:
+    """The trigger's refill of the ready queue while READY work waits in the store: workers
+    (here: this thread) claim what the queue holds, then ``refill_ready`` reads the next
+    places' worth from the store. The least CPU of *rounds* refills, in seconds."""
+    ready, trigger, store = s.ready_queue, s.runtime.trigger, s.store
+    best = math.inf
+    for _ in range(rounds):
+        while (task := ready.pull_nowait()) is not None:
+            store.claim(
+                task.id,
+                expected_version=task.version,
+                owner="bench",
+                lease_expires=now + 60,
+                now=now,
+            )
+        used = time.thread_time()
+        trigger.refill_ready()
+        best = min(best, time.thread_time() - used)
+    return best
 
 
 def trigger_heap(n: int) -> float:
@@ -467,6 +579,7 @@ class RealHerd:
     longest_during: Longest
     collections: list[float]
     prepared: int
+    slow_during: list[str]
 
 
 def real_herd(n: int, workers: int, lead: float) -> RealHerd:
@@ -511,6 +624,7 @@ def real_herd(n: int, workers: int, lead: float) -> RealHerd:
             longest_during=times.longest(watch, MIDNIGHT, MIDNIGHT + 3600),
             collections=spans,
             prepared=prepared,
+            slow_during=times.slow_steps(MIDNIGHT, MIDNIGHT + 3600),
         )
 
 
@@ -601,6 +715,9 @@ def real_section(n: int, workers: int, lead: float, rounds: int) -> None:
     )
     print(f"    longest step, the 5 minutes before: {big.longest_before.text()}")
     print(f"    longest step, during the herd:      {big.longest_during.text()}")
+    for label, run in (("alone", alone), (f"{workers} workers", big)):
+        for line in run.slow_during:
+            print(f"    slow step after midnight ({label}) {line}")
     for label, run in (("alone", alone), ("with workers", big)):
         if run.collections:
             print(
@@ -639,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-sqlite", action="store_true", help="skip the SQLite tick")
     ap.add_argument("--no-real", action="store_true", help="skip the real-clock section")
     ap.add_argument("--real-only", action="store_true", help="the real-clock section alone")
+    ap.add_argument("--create-only", action="store_true", help="sections (a) and (b) alone")
     ap.add_argument("--profile-size", type=int, default=None, help="schedules profiled")
     ap.add_argument(
         "--create-rounds", type=int, default=2, help="rounds of (a), the libraries taking turns"
@@ -664,11 +782,15 @@ def main(argv: list[str] | None = None) -> int:
     # process pays for growing its heap from nothing, later ones reuse what the last freed)
     tw_runs: list[float] = []
     aps_runs: list[float] = []
+    tw_cpu: list[float] = []
+    aps_cpu: list[float] = []
     aps_fires: list[float] = []
     for _ in range(args.create_rounds):
         clock = FakeClock(MIDNIGHT - 3600)
-        s, dt = build(n, clock, QueueingDispatcher())
+        s = Scheduler(clock=clock, dispatcher=QueueingDispatcher())
+        dt, cpu = populate_timed(s, n)
         tw_runs.append(dt)
+        tw_cpu.append(cpu)
         s.start()
         t0 = time.perf_counter()
         look = s.upcoming(2 * 3600, bucket="minute")
@@ -679,8 +801,9 @@ def main(argv: list[str] | None = None) -> int:
         s.shutdown(wait=False)
         del s, clock
         gc.collect()
-        dt, fired = aps_retry(n)
+        dt, cpu, fired = aps_retry(n)
         aps_runs.append(dt)
+        aps_cpu.append(cpu)
         aps_fires.append(fired)
         gc.collect()
     dt_tw, dt_aps, t_aps = min(tw_runs), min(aps_runs), min(aps_fires)
@@ -704,6 +827,13 @@ def main(argv: list[str] | None = None) -> int:
         + f"; first round alone {aps_runs[0] / tw_runs[0]:.1f}x"
     )
     print(
+        "  the adding thread's CPU, us each: timewheel "
+        + ", ".join(f"{x / n * 1e6:.1f}" for x in tw_cpu)
+        + "; APScheduler "
+        + ", ".join(f"{x / n * 1e6:.1f}" for x in aps_cpu)
+        + f"; least of each: {min(aps_cpu) / min(tw_cpu):.1f}x"
+    )
+    print(
         "  * CronTrigger(hour=H, minute=M, second=S) aimed a few seconds ahead, to fire in (c); "
         "same cost as hour=0, minute=0"
     )
@@ -715,6 +845,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {start.isoformat()}  {count:>10,}")
     for h in herds:
         print(f"  {h}")
+
+    if args.create_only:
+        print(f"\ntotal run time {time.perf_counter() - began:.0f} s")
+        return 0
 
     # (c)
     print(
@@ -759,6 +893,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     for t in ticks:
         print(f"  {t.label}: {t.report}")
+    for t in ticks:
+        if not math.isnan(t.refill):
+            print(
+                f"  {t.label}: a refill of the ready queue (its {t.queued:,} places taken by "
+                f"workers) from the READY backlog in the store: {_ms(t.refill)} CPU"
+            )
     print(
         "  create us: the SQLite row creates with commits that do not wait for the disk; its "
         "tick runs with the default durability"

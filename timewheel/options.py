@@ -9,22 +9,22 @@ one-shot options into a validated :class:`~timewheel.task.Task`; every front end
 from __future__ import annotations
 
 import difflib
+import itertools
+import os
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 from timewheel.errors import DuplicateKeyError, InvalidScheduleError
 from timewheel.jobs import Job, Step, TaskFunction
 from timewheel.refs import Allowlist, check_json, func_ref
 from timewheel.rules import Misfire, Overlap
+from timewheel.shapes import Series, Shapes, series_key
 from timewheel.stores.base import OnConflict
 from timewheel.task import EMPTY_KWARGS, NO_RETRY, WHEN_VALUES, Retry, Task
 from timewheel.validate import instant, seconds
-
-if TYPE_CHECKING:
-    from timewheel.recurring import Recurring, Schedule
 
 __all__ = [
     "BIG_DELAY",
@@ -36,10 +36,13 @@ __all__ = [
     "Series",
     "TaskOptions",
     "build_task",
+    "call_target",
     "conflict_policy",
+    "counter_ids",
     "due_time",
     "fast_at",
     "id_maker",
+    "known_series",
     "prepare",
     "prepare_many",
     "unknown_options",
@@ -166,10 +169,54 @@ def _uuid_hex() -> str:
     return uuid.uuid4().hex
 
 
+def counter_ids() -> Callable[[], str]:
+    """A scheduler's generated task ids: ``"<6 random hex digits>-<a counter in hex>"``, made
+    in C."""
+    return map(f"{os.urandom(3).hex()}-%x".__mod__, itertools.count(1)).__next__
+
+
 def id_maker(durable: bool, new_id: Callable[[], str]) -> Callable[[], str]:
     """What names a new task without an ``id=``: a random UUID on a durable store (unique across
     the processes sharing it), the scheduler's own *new_id* otherwise."""
     return _uuid_hex if durable else new_id
+
+
+def call_target(
+    func: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    kwargs: object,
+    *,
+    durable: bool,
+    allowlist: Allowlist | None,
+) -> tuple[Callable[..., Any] | str, Mapping[str, Any]]:
+    """What a task calls, checked: ``(reference, kwargs)``, the reference being *func* itself or,
+    on a *durable* store, its importable name, and *kwargs* a copy (or the shared empty mapping).
+    The part of :func:`build_task` that belongs to one call, not to its options.
+
+    Raises:
+        TypeError: *func* is not callable, or *kwargs* not a mapping.
+        SerializationError: a durable store cannot keep *func* or the arguments.
+        ReferenceNotAllowedError: (a ``SerializationError``) the scheduler would not run *func*.
+    """
+    if allowlist is None:
+        allowlist = Allowlist() if durable else Allowlist.everything()
+    ref: Callable[..., Any] | str
+    if isinstance(func, str):
+        allowlist.check(func, scheduling=True)
+        allowlist.resolve(func)  # raises SerializationError naming the reference
+        ref = func
+    elif not callable(func):
+        raise TypeError(f"func must be callable (got {func!r} that is a {type(func).__name__})")
+    else:
+        ref = func
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(f"kwargs must be a mapping (got {type(kwargs).__name__})")
+    if durable:
+        if not isinstance(ref, str):
+            ref = func_ref(ref)
+            allowlist.check(ref, scheduling=True)
+        check_json(args, kwargs or {})
+    return ref, EMPTY_KWARGS if not kwargs else dict(kwargs)
 
 
 def build_task(
@@ -201,24 +248,7 @@ def build_task(
         InvalidScheduleError, TypeError, SerializationError: naming the bad option.
         ReferenceNotAllowedError: (a ``SerializationError``) the scheduler would not run *func*.
     """
-    if allowlist is None:
-        allowlist = Allowlist() if durable else Allowlist.everything()
-    ref: Callable[..., Any] | str
-    if isinstance(func, str):
-        allowlist.check(func, scheduling=True)
-        allowlist.resolve(func)  # raises SerializationError naming the reference
-        ref = func
-    elif not callable(func):
-        raise TypeError(f"func must be callable (got {func!r} that is a {type(func).__name__})")
-    else:
-        ref = func
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise TypeError(f"kwargs must be a mapping (got {type(kwargs).__name__})")
-    if durable:
-        if not isinstance(ref, str):
-            ref = func_ref(ref)
-            allowlist.check(ref, scheduling=True)
-        check_json(args, kwargs or {})
+    ref, kwargs = call_target(func, args, kwargs, durable=durable, allowlist=allowlist)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise TypeError(f"priority must be an int (got {priority!r})")
     if not isinstance(queue, str) or not queue:
@@ -244,7 +274,7 @@ def build_task(
         id=id,
         func=ref,
         args=args,
-        kwargs=EMPTY_KWARGS if not kwargs else dict(kwargs),
+        kwargs=kwargs,
         due=due,
         retry=retry if retry is not None else NO_RETRY,  # frozen: one shared default
         priority=priority,
@@ -268,34 +298,40 @@ class OneShot:
     on_conflict: OnConflict
 
 
-@dataclass(frozen=True, slots=True)
-class Series:
-    """A prepared recurring schedule: the arguments of ``Recurring.create``."""
+def known_series(
+    func: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    options: Mapping[str, Any],
+    time: Callable[[], float],
+    durable: bool,
+    allowlist: Allowlist | None,
+    shapes: Shapes,
+) -> Series | None:
+    """``schedule(func, *args, **options)`` as a :class:`Series`, when it is recurring and a call
+    with the same options was checked before (*shapes*): only the function, its arguments and
+    ``kwargs=`` are checked here (the id when the series is created), and the clock (*time*)
+    is read. ``None`` otherwise: the call takes :func:`prepare`'s full path.
 
-    func: Callable[..., Any] | str
-    args: tuple[Any, ...]
-    template: Task
-    now: float
-    cron: str | None
-    every: float | timedelta | None
-    schedule_id: str | None
-    on_conflict: OnConflict
-    options: dict[str, Any]
-
-    def create(self, recurring: Recurring) -> Schedule:
-        """Store the schedule and its first instance (a store step)."""
-        return recurring.create(
-            self.func,
-            self.args,
-            self.template.kwargs,
-            now=self.now,
-            cron=self.cron,
-            every=self.every,
-            schedule_id=self.schedule_id,
-            template=self.template,
-            on_conflict=self.on_conflict,
-            **self.options,
-        )
+    Raises:
+        TypeError, SerializationError: as :func:`call_target`.
+    """
+    key = series_key(func, options)
+    if key is None:
+        return None
+    try:
+        shape = shapes.get(key)
+    except TypeError:  # an option value that cannot be hashed: never kept
+        return None
+    if shape is None:
+        return None
+    kwargs = options.get("kwargs")
+    ref: Callable[..., Any] | str
+    checked: Mapping[str, Any]
+    if kwargs is None and not durable and callable(func):
+        ref, checked = func, EMPTY_KWARGS  # nothing of this call's own to check
+    else:
+        ref, checked = call_target(func, args, kwargs, durable=durable, allowlist=allowlist)
+    return Series(func, ref, args, checked, time(), options.get("id"), shape)
 
 
 def prepare(
@@ -308,14 +344,23 @@ def prepare(
     durable: bool,
     new_id: Callable[[], str],
     allowlist: Allowlist | None = None,
+    shapes: Shapes | None = None,
 ) -> OneShot | Series:
     """Check the options of ``schedule(func, *args, delay=..., **options)`` and build what the
     store step takes: a :class:`OneShot` task or a recurring :class:`Series`. No store is touched.
-    *options* is consumed (popped).
+    *options* is consumed (popped), unless a recurring call's options are known to *shapes*
+    (the runtime's, :mod:`timewheel.shapes`): then only the function, its arguments and the id
+    are left to check.
 
     Raises:
         InvalidScheduleError, TypeError, SerializationError: naming the bad option.
     """
+    key = None
+    if shapes is not None and delay is None:
+        known = known_series(func, args, options, lambda: now, durable, allowlist, shapes)
+        if known is not None:
+            return known
+        key = series_key(func, options)
     cron, every = options.pop("cron", None), options.pop("every", None)
     if cron is not None or every is not None:
         at = options.pop("at", None)
@@ -342,7 +387,18 @@ def prepare(
             **task_options,
         )
         return Series(
-            func, args, template, now, cron, every, schedule_id, on_conflict, dict(options)
+            func,
+            template.func,
+            args,
+            template.kwargs,
+            now,
+            schedule_id,
+            key=key,
+            template=template,
+            cron=cron,
+            every=every,
+            on_conflict=on_conflict,
+            options=dict(options),
         )
     for name in RECURRING_ONLY & options.keys():
         if options[name] is not None:

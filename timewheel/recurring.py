@@ -55,6 +55,7 @@ from timewheel.rules import (
     rule_from_spec,
     runs_alone,
 )
+from timewheel.shapes import Series, SeriesShape, Shapes
 from timewheel.stores.base import Store
 from timewheel.task import (
     TERMINAL_STATES,
@@ -62,7 +63,7 @@ from timewheel.task import (
     ScheduleRecord,
     Task,
     TaskState,
-    instance_id,
+    instance_suffix,
     schedule_of,
     slot_of,
 )
@@ -351,6 +352,9 @@ class Recurring:
         self.host = host
         self._lock = threading.RLock()
         self._rules = RuleCache()
+        # checked option sets -> what they make (shapes.py): a herd's calls share one
+        self.shapes = Shapes()
+        self._slots: dict[tuple[float, bool], tuple[str, Mapping[str, Any]]] = {}  # _slot_parts
         self._retries: dict[tuple[Any, ...], Any] = {}  # stored retry spec -> Retry
         # option values -> a shared read-only mapping of them (read without the lock)
         self._options: dict[tuple[Any, ...] | None, Mapping[str, Any]] = {}
@@ -448,17 +452,38 @@ class Recurring:
                 return t
         return pend[-1] if pend else None
 
-    def create(
+    def create(self, series: Series) -> Schedule:
+        """Store a prepared schedule and its first instance; see ``Scheduler.schedule``. A
+        series whose options were not seen before is shaped (every option checked) and its
+        shape kept for the next calls with the same options."""
+        shape = series.shape
+        if shape is None:
+            shape = self._shape(series)
+            if series.key is not None:
+                self.shapes.keep(series.key, shape)
+        return self._place(series, shape)
+
+    def _shape(self, series: Series) -> SeriesShape:
+        """The shape of a series from its template and options, each checked."""
+        template, options = series.template, series.options
+        if template is None or options is None:
+            raise TypeError("a series without a shape carries its template and options")
+        return self._shape_of(
+            template,
+            series.now,
+            cron=series.cron,
+            every=series.every,
+            on_conflict=series.on_conflict,
+            **options,
+        )
+
+    def _shape_of(
         self,
-        func: Callable[..., Any] | str,
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any] | None,
-        *,
+        template: Task,
         now: float,
+        *,
         cron: str | None,
         every: float | timedelta | None,
-        schedule_id: str | None,
-        template: Task,
         on_conflict: str,
         tz: Any = None,
         start: datetime | float | None = None,
@@ -469,8 +494,7 @@ class Recurring:
         overlap: Overlap | str = Overlap.SKIP,
         max_instances: int = 1,
         max_runs: int = 100,
-    ) -> Schedule:
-        """Store a schedule and its first instance; see ``Scheduler.schedule``."""
+    ) -> SeriesShape:
         try:
             misfire = Misfire(misfire) if not isinstance(misfire, Misfire) else misfire
         except ValueError:
@@ -492,29 +516,51 @@ class Recurring:
             raise InvalidScheduleError("after= does not apply to recurring schedules")
         if cron is not None and tz is None:
             tz = self.host.timezone
-        if every is not None and start is None:
+        anchored = every is not None and start is None  # at its creation: used once
+        if anchored:
             start = now
         rule, spec = self._rules.make(
             cron=cron, every=every, tz=tz, start=start, end=end, jitter=jitter
         )
-        sid = schedule_id if schedule_id is not None else default_schedule_id(func)
+        return SeriesShape(
+            rule=rule,
+            spec=spec,
+            options=self._options_of(template, misfire, grace, overlap, max_instances, max_runs),
+            retry=template.retry,
+            priority=template.priority,
+            queue=template.queue,
+            timeout=template.timeout,
+            on_conflict=on_conflict,
+            reusable=not anchored,
+        )
+
+    def _place(self, series: Series, shape: SeriesShape) -> Schedule:
+        """Store the schedule of *series* and its first instance, and index that instance."""
+        schedule_id, now = series.schedule_id, series.now
+        sid = schedule_id if schedule_id is not None else default_schedule_id(series.func)
         if not isinstance(sid, str) or not sid or "@" in sid:
             raise InvalidScheduleError(
                 f"schedule id must be a non-empty string without '@' (got {sid!r})"
             )
-        store = self.store
+        store = self.host.store
         rec = ScheduleRecord(
             id=sid,
-            func=template.func,
-            args=template.args,
-            kwargs=template.kwargs,
-            rule=spec,
-            options=self._options_of(template, misfire, grace, overlap, max_instances, max_runs),
+            func=series.ref,
+            args=series.args,
+            kwargs=series.kwargs,
+            rule=shape.spec,
+            options=shape.options,
             created=now,
             updated=now,
         )
+        rule = shape.rule
         first_slot = rule.next_after(now)
-        first = None if first_slot is None else self._instance(rec, first_slot, rule, now=now)
+        first = (
+            None
+            if first_slot is None
+            else self._instance(rec, first_slot, rule, now=now, shape=shape)
+        )
+        on_conflict = shape.on_conflict
         while True:
             old = store.get_schedule(sid)
             if old is None:
@@ -551,29 +597,56 @@ class Recurring:
         *,
         catchup: bool = False,
         now: float | None = None,
+        shape: SeriesShape | None = None,
     ) -> Task:
-        o = rec.options
-        retry = o.get("retry")
-        if retry.__class__ is not Retry and not isinstance(retry, Retry):
-            retry = self._retry(retry)  # a durable store keeps the policy as its spec
+        """The instance of *rec* for *slot*; its options from *shape* when the caller has it
+        (what *rec*'s options were made from), else read from *rec*."""
+        if shape is not None:
+            retry: Any = shape.retry
+            priority, queue, timeout = shape.priority, shape.queue, shape.timeout
+        else:
+            o = rec.options
+            retry = o.get("retry")
+            if retry.__class__ is not Retry and not isinstance(retry, Retry):
+                retry = self._retry(retry)  # a durable store keeps the policy as its spec
+            priority, queue, timeout = (
+                o.get("priority", 0),
+                o.get("queue", "default"),
+                o.get("timeout"),
+            )
         if now is None:
             now = self.host.clock.time()
         due = slot if catchup else rule.jittered(slot, self._rng)
+        suffix, extra = self._slot_parts(slot, catchup)
         return Task(
-            id=instance_id(rec.id, slot),
+            id=rec.id + suffix,
             func=rec.func,
             args=rec.args,
             kwargs=rec.kwargs,
             due=due,
             retry=retry,
-            priority=o.get("priority", 0),
-            queue=o.get("queue", "default"),
-            timeout=o.get("timeout"),
+            priority=priority,
+            queue=queue,
+            timeout=timeout,
             created=now,
             updated=now,
             schedule_id=rec.id,
-            extra={"slot": slot, "catchup": True} if catchup else {"slot": slot},
+            extra=extra,
         )
+
+    def _slot_parts(self, slot: float, catchup: bool) -> tuple[str, Mapping[str, Any]]:
+        """What the instances of every schedule share for a slot: the id suffix
+        (:func:`~timewheel.task.instance_suffix`) and ``extra`` (the slot, and whether it is a
+        catch-up run) as a read-only mapping; a herd's heads and successors cost no dict each."""
+        key = (slot, catchup)
+        parts = self._slots.get(key)
+        if parts is None:
+            extra = {"slot": slot, "catchup": True} if catchup else {"slot": slot}
+            parts = (instance_suffix(slot), MappingProxyType(extra))
+            if len(self._slots) >= _SHARED_OPTIONS:
+                self._slots.clear()  # many distinct slots: start over
+            self._slots[key] = parts
+        return parts
 
     # -- firing ------------------------------------------------------------------------------
     def fire(self, ids: Sequence[str], now: float) -> FirePlan:

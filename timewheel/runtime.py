@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -23,8 +23,15 @@ from timewheel.clock import Clock, to_datetime
 from timewheel.errors import JobTimeoutError, SchedulerStateError, VersionConflictError
 from timewheel.events import TERMINAL_EVENT, EventHub
 from timewheel.herds import HerdReport
-from timewheel.jobs import Job
-from timewheel.options import BIG_DELAY, PLAIN_NUMBERS, fast_at, prepare_many
+from timewheel.jobs import Job, TaskFunction
+from timewheel.options import (
+    BIG_DELAY,
+    PLAIN_NUMBERS,
+    Series,
+    fast_at,
+    known_series,
+    prepare_many,
+)
 from timewheel.ready import ReadyQueue
 from timewheel.recurring import Recurring
 from timewheel.refs import Allowlist, permit_imports
@@ -284,6 +291,23 @@ class Runtime:
                 self.settle(dependents)
             if stored.state in TERMINAL_STATES:
                 self.notify_terminal(stored, None)
+
+    def known_series(
+        self,
+        func: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        options: Mapping[str, Any],
+        time: Callable[[], float],
+    ) -> Series | None:
+        """The fast path of ``schedule()`` for a recurring call, both facades': a call whose
+        options were checked before (:mod:`timewheel.shapes`) as a :class:`Series` to create;
+        ``None`` sends it down the full path (see :func:`~timewheel.options.known_series`)."""
+        if isinstance(func, TaskFunction):
+            func = func.func
+        store, recurring = self.store, self.recurring
+        return known_series(
+            func, args, options, time, store.durable, self.allowlist, recurring.shapes
+        )
 
     def submit_compact(
         self,

@@ -10,7 +10,6 @@ the dispatcher's workers pull and run them. See ``docs/concepts.md`` and ``docs/
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import threading
 import time
@@ -38,6 +37,7 @@ from timewheel.options import (
     OneShotOptions,
     RecurringOptions,
     Series,
+    counter_ids,
     prepare,
     unknown_options,
 )
@@ -65,11 +65,6 @@ __all__ = [
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _id_maker() -> Callable[[], str]:
-    """Generated task ids: ``"<6 random hex digits>-<a counter in hex>"``, made in C."""
-    return map(f"{os.urandom(3).hex()}-%x".__mod__, itertools.count(1)).__next__
 
 
 class Scheduler:
@@ -155,7 +150,7 @@ class Scheduler:
         }
         self._state: Literal["created", "running", "stopped", "inherited"] = "created"
         self._assemble(dispatcher if dispatcher is not None else ThreadPoolDispatcher())
-        self._new_id = _id_maker()
+        self._new_id = counter_ids()
         # the fast path of schedule(): compact records, when the store keeps them
         self._compact = self._store if isinstance(self._store, SupportsCompactInsert) else None
         # the clock's time(); the system clock's own function when it is the plain system clock
@@ -290,7 +285,7 @@ class Scheduler:
         runtime is used again, and the first call decides (:meth:`_adopt`).
         """
         self._lock = threading.Lock()
-        self._new_id = _id_maker()  # the parent goes on counting from the same numbers
+        self._new_id = counter_ids()  # the parent goes on counting from the same numbers
         if self._state != "running":
             return  # never started: nothing of it ran in the parent; usable as it is
         self._state = "inherited"
@@ -441,7 +436,13 @@ class Scheduler:
             DuplicateKeyError: *id* exists and *on_conflict* is ``"error"``.
         """
         mem = self._compact
-        if (
+        if delay is None and ("cron" in options or "every" in options):
+            if self._state == "inherited" or self._state == "stopped":
+                self._accepting()  # adopt it, or refuse
+            series = self._runtime.known_series(func, args, options, self._time)
+            if series is not None:  # a recurring call with options checked before (shapes.py)
+                return self._runtime.recurring.create(series)
+        elif (
             mem is not None
             and self._state != "stopped"
             and callable(func)
@@ -479,9 +480,10 @@ class Scheduler:
             durable=self._store.durable,
             new_id=self._new_id,
             allowlist=self._runtime.allowlist,
+            shapes=self._runtime.recurring.shapes,
         )
         if isinstance(prepared, Series):
-            return prepared.create(self._runtime.recurring)
+            return self._runtime.recurring.create(prepared)
         return Job(self._runtime, self._runtime.submit(prepared.task, prepared.on_conflict))
 
     def schedule_many(

@@ -564,14 +564,63 @@ class ScheduleRecord:
     created: float = 0.0
     updated: float = 0.0
 
+    def __init__(
+        self,
+        *,
+        id: str,
+        func: Callable[..., Any] | str,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] = EMPTY_KWARGS,
+        rule: Mapping[str, Any] = EMPTY_KWARGS,
+        options: Mapping[str, Any] = EMPTY_KWARGS,
+        paused: bool = False,
+        version: int = 0,
+        created: float = 0.0,
+        updated: float = 0.0,
+    ) -> None:
+        # through the slot descriptors, as Task does: one record per schedule created
+        _set_rec_id(self, id)
+        _set_rec_func(self, func)
+        _set_rec_args(self, args)
+        _set_rec_kwargs(self, kwargs)
+        _set_rec_rule(self, rule)
+        _set_rec_options(self, options)
+        _set_rec_paused(self, paused)
+        _set_rec_version(self, version)
+        _set_rec_created(self, created)
+        _set_rec_updated(self, updated)
+
     def evolve(self, **changes: Any) -> ScheduleRecord:
         """A copy with *changes* applied."""
         return replace(self, **changes)
 
 
+def _record_setter(name: str) -> Callable[[ScheduleRecord, Any], None]:
+    setter: Callable[[ScheduleRecord, Any], None] = ScheduleRecord.__dict__[name].__set__
+    return setter
+
+
+_set_rec_id = _record_setter("id")
+_set_rec_func = _record_setter("func")
+_set_rec_args = _record_setter("args")
+_set_rec_kwargs = _record_setter("kwargs")
+_set_rec_rule = _record_setter("rule")
+_set_rec_options = _record_setter("options")
+_set_rec_paused = _record_setter("paused")
+_set_rec_version = _record_setter("version")
+_set_rec_created = _record_setter("created")
+_set_rec_updated = _record_setter("updated")
+
+
 def instance_id(schedule_id: str, slot: float) -> str:
     """The deterministic id of a schedule's instance for *slot*."""
-    return f"{schedule_id}@{round(slot * 1_000_000)}"
+    return schedule_id + instance_suffix(slot)
+
+
+def instance_suffix(slot: float) -> str:
+    """What :func:`instance_id` appends to the schedule id for *slot*: ``"@"`` and the slot in
+    integer microseconds (the same for every schedule with that slot)."""
+    return f"@{round(slot * 1_000_000)}"
 
 
 def slot_of(task_id: str) -> float:

@@ -12,9 +12,7 @@ store's own thread for a durable one (:mod:`timewheel.aio.runner`). See ``docs/a
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -36,6 +34,7 @@ from timewheel.options import (
     RecurringOptions,
     Series,
     TaskOptions,
+    counter_ids,
     prepare,
     unknown_options,
 )
@@ -170,10 +169,7 @@ class AsyncScheduler:
         self._driver: AsyncClockDriver | None = None
         self._listeners: dict[Callable[[Event], object], list[Callable[[Event], None]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        # generated task ids: "<6 random hex digits>-<a counter in hex>", made in C
-        self._new_id: Callable[[], str] = map(
-            f"{os.urandom(3).hex()}-%x".__mod__, itertools.count(1)
-        ).__next__
+        self._new_id = counter_ids()
         # the fast path of schedule(): compact records, when the store keeps them on the loop
         self._compact = (
             self._store
@@ -372,9 +368,14 @@ class AsyncScheduler:
             )
             if task_id is not None:
                 return AsyncJob(self, task_id)
+        if delay is None and ("cron" in options or "every" in options) and self._state != "stopped":
+            # a recurring call with options checked before (see timewheel.shapes)
+            series = self._runtime.known_series(func, args, options, self._time)
+            if series is not None:
+                return await self._do(self._runtime.recurring.create, series)
         prepared = self._prepare(func, args, delay, options)
         if isinstance(prepared, Series):
-            return await self._do(prepared.create, self._runtime.recurring)
+            return await self._do(self._runtime.recurring.create, prepared)
         runtime = self._runtime
         task_id = await self._do(runtime.submit, prepared.task, prepared.on_conflict)
         return AsyncJob(self, task_id)
@@ -435,6 +436,7 @@ class AsyncScheduler:
             durable=self._store.durable,
             new_id=self._new_id,
             allowlist=self._runtime.allowlist,
+            shapes=self._runtime.recurring.shapes,
         )
 
     def _register(self, func: Callable[..., Any], options: dict[str, Any]) -> Schedule:
@@ -444,8 +446,8 @@ class AsyncScheduler:
         assert isinstance(prepared, Series)
         recurring = self._runtime.recurring
         if self._runner.blocking and self._runner_open:
-            return self._runner.call(prepared.create, recurring)
-        return prepared.create(recurring)
+            return self._runner.call(recurring.create, prepared)
+        return recurring.create(prepared)
 
     def cron(self, expr: str, /, **options: Any) -> Callable[[F], F]:
         """Decorator: run the function on the cron expression *expr*; options as for

@@ -13,6 +13,7 @@ from typing import Any
 from timewheel.stores import policy
 from timewheel.stores.base import Changed, Finish, OnConflict, Store
 from timewheel.stores.compact import CompactRecords
+from timewheel.stores.ready_index import ReadyIndex
 from timewheel.task import (
     DEFAULT_QUEUE,
     TERMINAL_STATES,
@@ -44,8 +45,11 @@ class MemoryStore(Store):
     """Tasks in a dict behind one lock; every change is a compare-and-swap on ``version``.
 
     Accepts any callable and any arguments (nothing is serialized). Runtime complexity: insert,
-    get, transition, claim, heartbeat and finish are O(1) (plus the dependents they settle);
-    ``due_before``, ``ready``, ``expired_leases`` and ``tasks`` scan the matching state's tasks.
+    get, transition, claim, heartbeat and finish are O(1) (plus the dependents they settle, and
+    O(log READY) for a task entering or leaving READY);
+    ``ready`` costs the tasks it returns (READY tasks are kept in its order,
+    :class:`~timewheel.stores.ready_index.ReadyIndex`); ``due_before``, ``expired_leases`` and
+    ``tasks`` scan the matching state's tasks.
 
     Compact pending tasks: :meth:`add_pending` (the path ``Scheduler.schedule`` takes for a
     one-shot task with default options) keeps a fresh PENDING task as a small record
@@ -65,6 +69,7 @@ class MemoryStore(Store):
         self._tasks: dict[str, Task] = {}
         self._lite = CompactRecords()  # fresh PENDING tasks with default options
         self._by_state: dict[TaskState, dict[str, None]] = {s: {} for s in TaskState}
+        self._ready = ReadyIndex()  # the READY tasks in the order ready() returns them
         self._dependents: dict[str, list[str]] = {}
         # upstream id -> ids of the tasks naming it in ``after``, kept after it settled them
         self._downstream: dict[str, dict[str, None]] = {}
@@ -82,8 +87,13 @@ class MemoryStore(Store):
 
     # -- internals -----------------------------------------------------------------------------
     def _put(self, old: Task | None, new: Task) -> None:
-        if old is not None and old.state is not new.state:
-            del self._by_state[old.state][old.id]
+        if old is not None:
+            if old.state is not new.state:
+                del self._by_state[old.state][old.id]
+            if old.state is _R:
+                self._ready.discard(old)
+        if new.state is _R:
+            self._ready.add(new)
         if new.attempts and new.state is _P:
             self._retrying[new.id] = None
         elif old is not None and old.attempts and old.state is _P:
@@ -457,11 +467,9 @@ class MemoryStore(Store):
         return [(i, d, s) for d, i, s in hits[:limit]]
 
     def ready(self, *, limit: int, queues: Sequence[str] | None = None) -> list[Task]:
-        with self._lock:
+        with self._lock:  # O(limit): the index keeps READY tasks in this order
             tasks = self._tasks
-            qs = None if queues is None else frozenset(queues)
-            rs = [t for t in (tasks[i] for i in self._by_state[_R]) if qs is None or t.queue in qs]
-        return heapq.nsmallest(limit, rs, key=lambda t: (-t.priority, t.due))  # O(R log limit)
+            return [tasks[i] for i in self._ready.first(limit, queues)]
 
     def expired_leases(self, now: float, *, limit: int) -> list[Task]:
         with self._lock:
@@ -520,6 +528,8 @@ class MemoryStore(Store):
                 return False
         else:
             del self._by_state[t.state][task_id]
+            if t.state is _R:
+                self._ready.discard(t)
             self._retrying.pop(task_id, None)
             self._count_queue(t, -1)
             if t.schedule_id is not None:
@@ -608,8 +618,8 @@ class MemoryStore(Store):
     def oldest_ready_age(self, now: float) -> float | None:
         """Seconds since the earliest due time among READY tasks (how far workers lag), or None."""
         with self._lock:
-            dues = [self._tasks[i].due for i in self._by_state[_R]]
-        return max(0.0, now - min(dues)) if dues else None
+            oldest = self._ready.oldest_due()
+        return None if oldest is None else max(0.0, now - oldest)
 
     def due_histogram(
         self, now: float, *, horizon: float = 3600.0, bucket: float = 60.0
