@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from timewheel.errors import InvalidScheduleError, InvalidTypeError, SerializationError
-from timewheel.task import NO_RETRY, Retry, Task, TaskState
+from timewheel.task import (
+    NO_RETRY,
+    Retry,
+    ScheduleRecord,
+    Task,
+    TaskState,
+    new_instance,
+    new_schedule_record,
+)
 
 
 def _every_field_set() -> dict[str, Any]:
@@ -93,6 +101,50 @@ def test_evolve_refuses_unknown_fields_and_tasks_stay_frozen() -> None:
 # -- the retry spec codec --------------------------------------------------------------------------
 class Throttled(ConnectionError):
     """An importable exception for the codec tests."""
+
+
+def test_new_instance_and_record_are_what_the_constructors_build() -> None:
+    retry, extra = Retry(max_attempts=2), {"slot": 60.0}
+    made = new_instance(
+        "s@60", f"{__name__}:f", (1,), {"k": 2}, 61.0, retry, 3, "q", 4.0, 7.0, "s", extra
+    )
+    built = Task(
+        id="s@60",
+        func=f"{__name__}:f",
+        args=(1,),
+        kwargs={"k": 2},
+        due=61.0,
+        retry=retry,
+        priority=3,
+        queue="q",
+        timeout=4.0,
+        created=7.0,
+        updated=7.0,
+        schedule_id="s",
+        extra=extra,
+    )
+    assert type(made) is Task
+    for f in dataclasses.fields(Task):  # every field set, to the constructor's value
+        assert getattr(made, f.name) == getattr(built, f.name), f.name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.due = 0.0  # type: ignore[misc]
+    rec = new_schedule_record("s", "m:f", (1,), {"k": 2}, {"cron": "* * * * *"}, {"o": 1}, 7.0)
+    want = ScheduleRecord(
+        id="s",
+        func="m:f",
+        args=(1,),
+        kwargs={"k": 2},
+        rule={"cron": "* * * * *"},
+        options={"o": 1},
+        created=7.0,
+        updated=7.0,
+    )
+    assert type(rec) is ScheduleRecord
+    assert [getattr(rec, f.name) for f in dataclasses.fields(ScheduleRecord)] == [
+        getattr(want, f.name) for f in dataclasses.fields(ScheduleRecord)
+    ]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rec.paused = True  # type: ignore[misc]
 
 
 def test_retry_spec_round_trip() -> None:

@@ -64,6 +64,8 @@ from timewheel.task import (
     Task,
     TaskState,
     instance_suffix,
+    new_instance,
+    new_schedule_record,
     schedule_of,
     slot_of,
 )
@@ -543,15 +545,8 @@ class Recurring:
                 f"schedule id must be a non-empty string without '@' (got {sid!r})"
             )
         store = self.host.store
-        rec = ScheduleRecord(
-            id=sid,
-            func=series.ref,
-            args=series.args,
-            kwargs=series.kwargs,
-            rule=shape.spec,
-            options=shape.options,
-            created=now,
-            updated=now,
+        rec = new_schedule_record(
+            sid, series.ref, series.args, series.kwargs, shape.spec, shape.options, now
         )
         rule = shape.rule
         first_slot = rule.next_after(now)
@@ -618,20 +613,20 @@ class Recurring:
             now = self.host.clock.time()
         due = slot if catchup else rule.jittered(slot, self._rng)
         suffix, extra = self._slot_parts(slot, catchup)
-        return Task(
-            id=rec.id + suffix,
-            func=rec.func,
-            args=rec.args,
-            kwargs=rec.kwargs,
-            due=due,
-            retry=retry,
-            priority=priority,
-            queue=queue,
-            timeout=timeout,
-            created=now,
-            updated=now,
-            schedule_id=rec.id,
-            extra=extra,
+        sid = rec.id
+        return new_instance(
+            sid + suffix,
+            rec.func,
+            rec.args,
+            rec.kwargs,
+            due,
+            retry,
+            priority,
+            queue,
+            timeout,
+            now,
+            sid,
+            extra,
         )
 
     def _slot_parts(self, slot: float, catchup: bool) -> tuple[str, Mapping[str, Any]]:

@@ -41,6 +41,8 @@ __all__ = [
     "dependency_effect",
     "function_name",
     "instance_id",
+    "new_instance",
+    "new_schedule_record",
     "schedule_of",
     "slot_of",
 ]
@@ -610,6 +612,94 @@ _set_rec_paused = _record_setter("paused")
 _set_rec_version = _record_setter("version")
 _set_rec_created = _record_setter("created")
 _set_rec_updated = _record_setter("updated")
+
+
+# Creating a schedule builds a record and its first instance, a herd 100,000 of each. A frozen
+# class can only store through its slot descriptors (a C call each); these twins have the same
+# slots and no frozen guard, so their stores are plain attribute stores, and the finished object
+# becomes a Task or ScheduleRecord (``__class__`` may change between classes of one layout).
+class _TaskLayout:
+    __slots__ = Task.__slots__
+
+
+class _RecordLayout:
+    __slots__ = ScheduleRecord.__slots__
+
+
+def new_instance(
+    id: str,
+    func: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    due: float,
+    retry: Retry,
+    priority: int,
+    queue: str,
+    timeout: float | None,
+    now: float,
+    schedule_id: str,
+    extra: Mapping[str, Any],
+    /,
+) -> Task:
+    """A new PENDING instance of a schedule, created and updated at *now*: the Task that
+    ``Task(id=..., func=..., ..., schedule_id=..., extra=...)`` builds with every other field at
+    its default. It checks nothing (as ``Task()``)."""
+    t: Any = _new(_TaskLayout)  # typed as what it becomes
+    t.id = id
+    t.func = func
+    t.args = args
+    t.kwargs = kwargs
+    t.due = due
+    t.state = TaskState.PENDING
+    t.version = 0
+    t.attempts = 0
+    t.retry = retry
+    t.priority = priority
+    t.queue = queue
+    t.timeout = timeout
+    t.lease_owner = None
+    t.lease_expires = None
+    t.started = None
+    t.created = now
+    t.updated = now
+    t.result = None
+    t.error = None
+    t.schedule_id = schedule_id
+    t.after = ()
+    t.unmet = 0
+    t.when = "all_success"
+    t.extra = extra
+    t.__class__ = Task
+    task: Task = t
+    return task
+
+
+def new_schedule_record(
+    id: str,
+    func: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    rule: Mapping[str, Any],
+    options: Mapping[str, Any],
+    now: float,
+    /,
+) -> ScheduleRecord:
+    """A new schedule record, created and updated at *now*, not paused, version 0: what
+    ``ScheduleRecord(id=..., ..., created=now, updated=now)`` builds. It checks nothing."""
+    r: Any = _new(_RecordLayout)
+    r.id = id
+    r.func = func
+    r.args = args
+    r.kwargs = kwargs
+    r.rule = rule
+    r.options = options
+    r.paused = False
+    r.version = 0
+    r.created = now
+    r.updated = now
+    r.__class__ = ScheduleRecord
+    record: ScheduleRecord = r
+    return record
 
 
 def instance_id(schedule_id: str, slot: float) -> str:
