@@ -21,11 +21,12 @@ from timewheel.errors import (
     TaskNotFoundError,
 )
 from timewheel.events import Event
-from timewheel.stores.base import Store
-from timewheel.task import TaskState
+from timewheel.stores.base import NewTasks, Store, SupportsNewTasks
+from timewheel.task import Task, TaskState
 from timewheel.testing import FakeClock
 
 RAN: list[tuple[Any, ...]] = []
+T = 1_800_000_000.0
 
 
 def record(*args: object, **kwargs: object) -> None:
@@ -351,3 +352,23 @@ def test_jobs_make_handles_when_read() -> None:
         clock.advance(seconds=1)
         assert [j.result() for j in jobs] == [None] * 3
         assert sorted(RAN) == [(), (0,), (1,), (2,)]
+
+
+def test_insert_new_refuses_an_existing_id_and_stores_nothing(
+    make_store: Callable[[], Store],
+) -> None:
+    """A store's insert_new is all or nothing: an id that exists refuses the whole batch."""
+    store = make_store()
+    if not isinstance(store, SupportsNewTasks):
+        pytest.skip("the store takes plain batches through insert_many")
+    func: Any = record if not store.durable else "tests.test_schedule_many:record"
+    template = Task(id="template", func=func, due=T, created=T, updated=T)
+    store.insert(Task(id="b", func=func, due=T, created=T, updated=T))
+    batch = NewTasks(template, ["a", "b", "c"], [func] * 3, [(1,), (2,), (3,)], [{}] * 3, [T] * 3)
+    with pytest.raises(DuplicateKeyError, match="'b'"):
+        store.insert_new(batch)
+    assert store.find("a") is None
+    assert store.find("c") is None
+    store.insert_new(NewTasks(template, ["a", "c"], [func] * 2, [(1,), (3,)], [{}] * 2, [T] * 2))
+    assert store.get("c").args == (3,)
+    store.close()

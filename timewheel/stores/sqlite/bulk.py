@@ -66,7 +66,12 @@ def insert_rows(
         DuplicateKeyError: an id exists already (the primary key refused it); the caller's
             transaction rolls back, so nothing of the batch is stored.
     """
+    conn.execute("SAVEPOINT new_rows")
     try:
         conn.executemany(TASKS.insert, rows)
     except sqlite3.IntegrityError:
+        # the rows before the refused one are in: undo them, so the id found is one that
+        # existed before the batch
+        conn.execute("ROLLBACK TO new_rows")
         raise policy.existing_in_batch(first_existing(conn, ids), len(ids)) from None
+    conn.execute("RELEASE new_rows")
