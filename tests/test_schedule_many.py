@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import timewheel as tw
 from timewheel.aio import AsyncScheduler
@@ -19,11 +21,12 @@ from timewheel.errors import (
     TaskNotFoundError,
 )
 from timewheel.events import Event
-from timewheel.stores.base import Store
-from timewheel.task import TaskState
+from timewheel.stores.base import NewTasks, Store, SupportsNewTasks
+from timewheel.task import Task, TaskState
 from timewheel.testing import FakeClock
 
 RAN: list[tuple[Any, ...]] = []
+T = 1_800_000_000.0
 
 
 def record(*args: object, **kwargs: object) -> None:
@@ -245,3 +248,127 @@ def test_a_running_scheduler_runs_a_due_batch(make_store: Callable[[], Store]) -
         for job in jobs + later:
             job.result(timeout=30)
     assert sorted(r[0] for r in RAN) == list(range(45))
+
+
+# -- the column-by-column path (plain items) and the item-by-item path agree -----------------------
+_ITEM = st.tuples(
+    st.sampled_from(["tuple2", "tuple4-at", "tuple4-delay", "step-kwargs", "tuple1"]),
+    st.integers(min_value=-5, max_value=5),
+    st.floats(min_value=0, max_value=7200, allow_nan=False),
+)
+
+
+def _spec(kind: str, arg: int, when: float, base: float) -> Any:
+    if kind == "tuple2":
+        return (record, (arg,))
+    if kind == "tuple1":
+        return (record,)
+    if kind == "tuple4-at":
+        return (record, [arg], None, {"at": base + when})
+    if kind == "tuple4-delay":
+        return (record, (arg,), None, {"delay": when})
+    return tw.step(record, arg, kwargs={"k": arg})
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(items=st.lists(_ITEM, max_size=12), shared=st.booleans())
+def test_a_batch_stores_what_one_by_one_would(
+    make_store: Callable[[], Store], items: list[tuple[str, int, float]], shared: bool
+) -> None:
+    """schedule_many of a random batch stores the tasks schedule() would, one by one."""
+    store_a, store_b = make_store(), make_store()
+    sched_a, clock_a = _sched(store_a)
+    sched_b, clock_b = _sched(store_b)
+    assert clock_b.time() == clock_a.time()
+    with sched_a, sched_b:
+        base = clock_a.time()
+        clash = "tuple4-at" if shared else "tuple4-delay"  # both delay= and at=: refused
+        specs = [_spec(k, a, w, base) for k, a, w in items if k != clash]
+        defaults: dict[str, Any] = {"delay": 30} if shared else {"at": base + 60}
+        jobs = sched_a.schedule_many(specs, **defaults)
+        one_by_one = []
+        for spec in specs:
+            func, args, kwargs, options = _parts(spec)
+            merged = {**defaults, **options}
+            one_by_one.append(sched_b.schedule(func, *args, kwargs=kwargs, **merged))
+        got = [_shape(j.task) for j in jobs]
+        want = [_shape(j.task) for j in one_by_one]
+        assert got == want
+        assert len(set(jobs.ids)) == len(jobs)
+
+
+def _parts(spec: object) -> tuple[Any, tuple[Any, ...], Any, dict[str, Any]]:
+    if isinstance(spec, tw.Step):
+        options = dict(spec.options)
+        return spec.func, tuple(spec.args), options.pop("kwargs", None), options
+    assert isinstance(spec, tuple)
+    func, args, kwargs, options = (*spec, None, None, None)[:4]
+    return func, tuple(args or ()), kwargs, dict(options or {})
+
+
+def _shape(task: Any) -> tuple[Any, ...]:
+    return (
+        task.args,
+        dict(task.kwargs),
+        task.due,
+        task.state,
+        task.version,
+        task.priority,
+        task.queue,
+        task.retry,
+        task.timeout,
+        task.after,
+    )
+
+
+def test_a_bad_item_in_a_plain_batch_stores_nothing(make_store: Callable[[], Store]) -> None:
+    """A bad item in the middle of plain items: the call names it and nothing is stored."""
+    sched, _ = _sched(make_store())
+    with sched:
+        items: list[Any] = [(record, (i,)) for i in range(50)]
+        items[25] = (
+            (record, (object(),))
+            if sched.store.durable
+            else (record, (1,), None, {"delay": "soon"})
+        )
+        with pytest.raises((SerializationError, TypeError), match="schedule_many item 25: "):
+            sched.schedule_many(items, delay=1)
+        assert sched.jobs() == []
+        jobs = sched.schedule_many(items[:25], delay=1)
+        assert [j.state for j in jobs] == [TaskState.PENDING] * 25
+
+
+def test_jobs_make_handles_when_read() -> None:
+    sched, clock = _sched()
+    with sched:
+        jobs = sched.schedule_many([(record, (i,)) for i in range(3)], delay=1)
+        assert len(jobs) == 3
+        assert jobs == list(jobs)
+        assert jobs[0] == jobs[:1][0]
+        extra = sched.schedule_many([record], delay=1)
+        assert [j.id for j in jobs + extra] == [*jobs.ids, *extra.ids]
+        clock.advance(seconds=1)
+        assert [j.result() for j in jobs] == [None] * 3
+        assert sorted(RAN) == [(), (0,), (1,), (2,)]
+
+
+def test_insert_new_refuses_an_existing_id_and_stores_nothing(
+    make_store: Callable[[], Store],
+) -> None:
+    """A store's insert_new is all or nothing: an id that exists refuses the whole batch."""
+    store = make_store()
+    if not isinstance(store, SupportsNewTasks):
+        pytest.skip("the store takes plain batches through insert_many")
+    func: Any = record if not store.durable else "tests.test_schedule_many:record"
+    template = Task(id="template", func=func, due=T, created=T, updated=T)
+    store.insert(Task(id="b", func=func, due=T, created=T, updated=T))
+    batch = NewTasks(template, ["a", "b", "c"], [func] * 3, [(1,), (2,), (3,)], [{}] * 3, [T] * 3)
+    with pytest.raises(DuplicateKeyError, match="'b'"):
+        store.insert_new(batch)
+    assert store.find("a") is None
+    assert store.find("c") is None
+    store.insert_new(NewTasks(template, ["a", "c"], [func] * 2, [(1,), (3,)], [{}] * 2, [T] * 2))
+    assert store.get("c").args == (3,)
+    store.close()

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from timewheel import forking
-from timewheel.jobs import Job, Step
+from timewheel.jobs import Job, Jobs, Step
 from timewheel.scheduler import Scheduler
 
 __all__ = ["chain", "cron", "default_scheduler", "every", "schedule", "schedule_many"]
@@ -56,7 +56,7 @@ def schedule(func: Callable[..., Any] | str, /, *args: Any, **options: Any) -> A
 
 def schedule_many(
     items: Iterable[Step | Callable[..., Any] | str | tuple[Any, ...]], /, **options: Any
-) -> list[Job]:
+) -> Jobs:
     """:meth:`Scheduler.schedule_many` on the default scheduler."""
     return default_scheduler().schedule_many(items, **options)
 

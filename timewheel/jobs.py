@@ -8,10 +8,10 @@ call, so a million pending tasks cost no million futures, and a handle obtained 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from timewheel.clock import to_datetime
 from timewheel.errors import JobCancelledError, TaskFailedError
@@ -22,6 +22,7 @@ __all__ = [
     "TRACEBACK_KEY",
     "Job",
     "JobRuntime",
+    "Jobs",
     "Scheduling",
     "Step",
     "TaskFunction",
@@ -55,6 +56,10 @@ class JobRuntime(Protocol):
 
     def hold(self, handle: Job) -> None:
         """Keep *handle*'s task from retention for as long as *handle* is referenced."""
+        ...
+
+    def hold_many(self, handles: Jobs) -> None:
+        """Keep the tasks of *handles* from retention for as long as *handles* is referenced."""
         ...
 
 
@@ -149,6 +154,61 @@ class Job:
 
 TRACEBACK_KEY = "traceback"
 """The ``extra`` key under which a durable store keeps a failed run's formatted traceback."""
+
+
+class Jobs(Sequence[Job]):
+    """The handles of a ``schedule_many`` batch, in order: a sequence of :class:`Job` that makes
+    each handle when it is read, so a batch of a million tasks costs no million handles up front.
+
+    It holds the runtime and the list of ids (:attr:`ids`); while it is referenced, retention
+    keeps its tasks, as a handle would. It compares equal to any sequence of the same handles,
+    and ``+`` with another sequence gives a list.
+    """
+
+    __slots__ = ("__weakref__", "_runtime", "ids")
+
+    def __init__(self, runtime: JobRuntime, ids: list[str]) -> None:
+        self._runtime = runtime
+        #: the task ids, in batch order
+        self.ids = ids
+        runtime.hold_many(self)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, index: int) -> Job: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Job]: ...
+
+    def __getitem__(self, index: int | slice) -> Job | list[Job]:
+        if isinstance(index, slice):
+            runtime = self._runtime
+            return [Job(runtime, i) for i in self.ids[index]]
+        return Job(self._runtime, self.ids[index])
+
+    def __iter__(self) -> Iterator[Job]:
+        runtime = self._runtime
+        return (Job(runtime, i) for i in self.ids)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Jobs):
+            return other._runtime is self._runtime and other.ids == self.ids
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
+
+    def __add__(self, other: Sequence[Job]) -> list[Job]:
+        return [*self, *other]
+
+    def __radd__(self, other: Sequence[Job]) -> list[Job]:
+        return [*other, *self]
+
+    def __repr__(self) -> str:
+        return f"<Jobs of {len(self.ids)} tasks>"
 
 
 def task_traceback(task: Task) -> str | None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import itertools
 import math
 import sys
 import threading
@@ -53,6 +54,7 @@ __all__ = [
     "ResultRepr",
     "UnresolvableRefError",
     "check_json",
+    "check_json_args",
     "check_json_value",
     "func_ref",
     "generation",
@@ -77,6 +79,7 @@ _lock = threading.Lock()
 _generation = 0
 _permitted: tuple[str, ...] = ()  # modules some allowlist of this process allows (import_path)
 _JSON_SCALARS = frozenset({type(None), bool, int, str})
+_SEQUENCES = frozenset({tuple, list})
 
 
 class UnresolvableRefError(SerializationError):
@@ -666,6 +669,17 @@ def check_json(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
             raise SerializationError(f"kwargs key {k!r} is a {type(k).__name__}, not a str")
         if type(v) not in scalars:
             _check_value(v, f"kwargs[{k!r}]", set())
+
+
+def check_json_args(args: Sequence[Sequence[Any]]) -> None:
+    """:func:`check_json` for many argument lists without keyword arguments (a batch's): one
+    pass in C when every argument is ``None``, a bool, an int or a str, else each in turn."""
+    if set(map(type, args)) <= _SEQUENCES and (
+        set(map(type, itertools.chain.from_iterable(args))) <= _JSON_SCALARS
+    ):
+        return
+    for a in args:
+        check_json(a, {})
 
 
 def check_json_value(value: Any, where: str) -> None:

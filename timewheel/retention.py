@@ -49,6 +49,7 @@ __all__ = [
     "MEMORY_BATCH",
     "MEMORY_KEEP_FINISHED",
     "Handle",
+    "Handles",
     "KeepFinished",
     "Retention",
     "keep_finished_seconds",
@@ -70,6 +71,15 @@ DURABLE_KEEP_FINISHED = 7 * 86400.0
 
 KeepFinished = timedelta | float | None | Literal["default"]
 """What ``keep_finished=`` takes: a duration, seconds, ``None`` (keep forever) or ``"default"``."""
+
+
+class Handles(Protocol):
+    """**Protocol:** live handles on a batch of tasks (``Jobs``): every one of them is kept."""
+
+    @property
+    def ids(self) -> list[str]:
+        """The task ids."""
+        ...
 
 
 class Handle(Protocol):
@@ -156,6 +166,9 @@ class Retention:
         # weak references to the live handles; a dropped handle's reference removes itself
         self._handles: set[_HandleRef] = set()
         self._forget = self._handles.discard
+        # the same for batches of handles (``Jobs``)
+        self._batches: set[_HandleRef] = set()
+        self._forget_batch = self._batches.discard
         self._next_pass = -math.inf
         self._next_maintenance = -math.inf
         self._catching_up = False
@@ -166,6 +179,11 @@ class Retention:
         if self.keep is not None:
             self._handles.add(_HandleRef(handle, self._forget))
 
+    def hold_many(self, handles: Handles) -> None:
+        """:meth:`hold` for a batch: keep the tasks of *handles* while it is referenced."""
+        if self.keep is not None:
+            self._batches.add(_HandleRef(handles, self._forget_batch))
+
     def held(self) -> set[str]:
         """The ids of the tasks live handles refer to."""
         ids = set()
@@ -173,6 +191,10 @@ class Retention:
             handle = ref()
             if handle is not None:
                 ids.add(handle.id)
+        for ref in self._batches.copy():
+            batch = ref()
+            if batch is not None:
+                ids.update(batch.ids)
         return ids
 
     @property

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from timewheel.batches import prepare_new
 from timewheel.clock import Clock, to_datetime
 from timewheel.errors import JobTimeoutError, SchedulerStateError, VersionConflictError
 from timewheel.events import TERMINAL_EVENT, EventHub
 from timewheel.herds import HerdReport
-from timewheel.jobs import Job, TaskFunction
+from timewheel.jobs import Job, Jobs, TaskFunction
 from timewheel.options import (
     BIG_DELAY,
     PLAIN_NUMBERS,
@@ -39,10 +40,12 @@ from timewheel.report import RecentValues, percentile
 from timewheel.retention import Retention
 from timewheel.stores.base import (
     Changed,
+    NewTasks,
     OnConflict,
     Store,
     SupportsCompactInsert,
     SupportsInspection,
+    SupportsNewTasks,
 )
 from timewheel.task import TERMINAL_STATES, Task, TaskState
 from timewheel.trigger import Trigger
@@ -111,11 +114,14 @@ class Runtime:
         keep_finished: float | None = None,
     ) -> None:
         self.store = store
+        self._new_tasks = store if isinstance(store, SupportsNewTasks) else None
         #: deletes finished tasks after *keep_finished* seconds, from the trigger
         self.retention = Retention(store, keep_finished)
         #: ``hold(handle)``: keep *handle*'s task from retention while *handle* is referenced
         #: (every ``Job`` calls it when made: the retention's own method, no call in between)
         self.hold: Callable[[Job], None] = self.retention.hold
+        #: ``hold_many(handles)``: the same for a batch's handles (``Jobs``)
+        self.hold_many: Callable[[Jobs], None] = self.retention.hold_many
         self.clock = clock
         self.lease = lease
         self.timezone = timezone
@@ -255,13 +261,28 @@ class Runtime:
         new_id: Callable[[], str],
         upstream: Callable[[object], object] | None = None,
     ) -> list[str]:
-        """``schedule_many(items, **defaults)`` of the facades: check and build every task
-        (:func:`~timewheel.options.prepare_many`), then :meth:`submit_many`; the ids, in order."""
+        """``schedule_many(items, **defaults)`` of the facades; the ids, in order.
+
+        The common case (plain items sharing their options, see :mod:`timewheel.batches`) is
+        built as one :class:`~timewheel.stores.base.NewTasks` and inserted by :meth:`submit_new`;
+        any other batch is checked and built item by item
+        (:func:`~timewheel.options.prepare_many`), then inserted by :meth:`submit_many`."""
+        if not isinstance(items, (list, tuple)):
+            items = list(items)  # read once: the common case may hand it to the full path
+        now = self.clock.time()
+        durable = self.store.durable
+        batch = prepare_new(
+            items, defaults, now=now, durable=durable, new_id=new_id, allowlist=self.allowlist
+        )
+        if batch is not None:
+            if batch.ids:
+                self.submit_new(batch, now)
+            return batch.ids
         tasks, on_conflict = prepare_many(
             items,
             defaults,
-            now=self.clock.time(),
-            durable=self.store.durable,
+            now=now,
+            durable=durable,
             new_id=new_id,
             allowlist=self.allowlist,
             upstream=upstream,
@@ -269,6 +290,22 @@ class Runtime:
         if tasks:
             self.submit_many(tasks, on_conflict)
         return [t.id for t in tasks]
+
+    def submit_new(self, batch: NewTasks, now: float) -> None:
+        """Insert a batch of fresh tasks in one store step (from its columns, when the store
+        can), place them in the wheel together, and report them."""
+        store = self._new_tasks
+        if store is not None:
+            store.insert_new(batch)
+        else:
+            self.store.insert_many(batch.tasks(), on_conflict="error")
+        events = self.events
+        if events.listening("submitted"):
+            for task in batch.tasks():
+                events.emit("submitted", task)
+        else:
+            events.counts["submitted"] += len(batch.ids)
+        self.trigger.place_many(batch.ids, batch.dues, now)
 
     def submit_many(self, tasks: Sequence[Task], on_conflict: OnConflict) -> None:
         """Insert a batch of new tasks in one store step, index them, and report them (a task

@@ -30,7 +30,7 @@ from timewheel.dispatch import (
 from timewheel.errors import InheritedAcrossForkError, InvalidScheduleError, SchedulerStateError
 from timewheel.events import EVENTS, Event
 from timewheel.herds import HerdReport
-from timewheel.jobs import Job, Step, TaskFunction, step
+from timewheel.jobs import Job, Jobs, Step, TaskFunction, step
 from timewheel.loop import TriggerLoop
 from timewheel.options import (
     SCHEDULE_OPTIONS,
@@ -493,16 +493,17 @@ class Scheduler:
         *,
         delay: float | timedelta | None = None,
         **options: Unpack[OneShotOptions],
-    ) -> list[Job]:
+    ) -> Jobs:
         """Schedule many one-shot tasks in one store step: all of them or, on any error, none.
 
         *items*: ``step(func, *args, **options)``, ``(func, args, kwargs, options)`` tuples (or
         shorter) or callables; keywords are every item's defaults, *on_conflict* the batch's.
         Each item is checked before anything is stored; an error names the item's index.
-        Returns one :class:`Job` per item, in order (see ``docs/batches.md``)."""
+        Returns the :class:`Job` handles, one per item, in order, as a :class:`Jobs` sequence
+        that makes each handle when it is read (see ``docs/batches.md``)."""
         self._accepting()
         ids = self._runtime.schedule_many(items, dict(options, delay=delay), new_id=self._new_id)
-        return [Job(self._runtime, i) for i in ids]
+        return Jobs(self._runtime, ids)
 
     def chain(self, *steps: Step | Callable[..., Any], when: str = "all_success") -> list[Job]:
         """Schedule a linear pipeline: each step runs after the previous one (per *when*).

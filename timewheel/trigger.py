@@ -125,6 +125,14 @@ class Outcomes(Protocol):
         ...
 
 
+def _unzip(pairs: list[tuple[str, float]]) -> tuple[Sequence[str], Sequence[float]]:
+    """``(ids, dues)`` of ``(id, due)`` pairs."""
+    if not pairs:
+        return (), ()
+    ids, dues = zip(*pairs, strict=True)
+    return ids, dues
+
+
 class Waker(Protocol):
     """**Protocol:** the driver that sleeps towards the trigger's next deadline and can be woken
     earlier (:class:`~timewheel.loop.TriggerLoop`, the asyncio scheduler's ``LoopTimer``)."""
@@ -332,27 +340,51 @@ class Trigger:
             self.place(task.id, task.due, self.clock.time())
 
     def index_many(self, tasks: Iterable[Task]) -> None:
-        """:meth:`index` for a batch of new tasks. When a real-time loop runs, the tasks already
-        due are promoted together, in steps of at most ``batch``, rather than one store step
-        each."""
-        if not self.promote_due_on_place:
-            for task in tasks:
-                self.index(task)
-            return
-        now = self.clock.time()
-        due: list[str] = []
+        """:meth:`index` for a batch of new tasks: the runnable one-shot tasks through
+        :meth:`place_many`."""
+        ids: list[str] = []
+        dues: list[float] = []
         for task in tasks:
-            if (
-                task.state is _P
-                and task.unmet == 0
-                and task.schedule_id is None
-                and task.due <= now
-            ):
-                due.append(task.id)
+            if task.state is _P and task.unmet == 0 and task.schedule_id is None:
+                ids.append(task.id)
+                dues.append(task.due)
             else:
                 self.index(task)
-        for start in range(0, len(due), self.batch):
-            self.promote(due[start : start + self.batch], now)
+        if ids:
+            self.place_many(ids, dues, self.clock.time())
+
+    def place_many(self, ids: Sequence[str], dues: Sequence[float], now: float) -> None:
+        """:meth:`place` for a batch of new one-shot tasks (``dues[k]`` is ``ids[k]``'s), in one
+        hold of the lock and at most one wake-up. When a real-time loop runs, the tasks already
+        due are promoted together, in steps of at most ``batch``; on a durable store the tasks
+        beyond the wheel's horizon are left to its refill. Runtime: O(1) per task."""
+        if self.durable and dues and max(dues) >= self._refilled_until:
+            until = self._refilled_until
+            ids, dues = _unzip([e for e in zip(ids, dues, strict=True) if e[1] < until])
+        if not dues:
+            return
+        earliest = min(dues)
+        if earliest <= now and self.promote_due_on_place:
+            due = [i for i, d in zip(ids, dues, strict=True) if d <= now]
+            ids, dues = _unzip([e for e in zip(ids, dues, strict=True) if e[1] > now])
+            for start in range(0, len(due), self.batch):
+                self.promote(due[start : start + self.batch], now)
+            if not dues:
+                return
+            earliest = min(dues)
+        with self.lock:
+            wheel = self.wheel
+            try:
+                wheel.add_many(ids, dues)
+            except DuplicateKeyError:  # a task indexed again keeps its slot
+                for task_id, at in zip(ids, dues, strict=True):
+                    if task_id not in wheel:
+                        wheel.add(task_id, at)
+        waker = self.waker
+        if waker is not None:
+            planned = waker.planned
+            if planned is None or earliest < planned:
+                waker.wake(earliest)
 
     def place(self, task_id: str, due: float, now: float, *, instance: bool = False) -> None:
         """Put a task in the wheel, or trigger it at once when a real-time loop runs and it is

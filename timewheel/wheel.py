@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from typing import Generic, TypeVar
@@ -23,6 +23,7 @@ _floor = math.floor
 _INF = math.inf
 _NEG_INF = -math.inf
 _FAR = 1 << 200  # an integer tick later than any real event
+_BIG = 1e200  # add_many places a due time beyond this through add (the ticks would overflow)
 
 #: The wheel's levels, lowest first: the index of a level in its per-level arrays and in
 #: :attr:`WheelStatistics.levels`. A slot of a level above the tick level cascades into the level
@@ -414,6 +415,40 @@ class TimingWheel(Generic[K]):
                 slot = self._new_segment(level, ring_index, segments)
         slot[key] = due
         index[key] = slot
+
+    def add_many(self, keys: Sequence[K], dues: Sequence[float]) -> None:
+        """:meth:`add` each key of *keys* at the due time in the same position of *dues*, raising
+        as ``add`` does (keys placed before the error stay placed).
+
+        Runtime complexity: O(log n) per key, a sort by due time, after which a key due in the
+        same second as the one before it (above the tick level) goes straight into that key's
+        segment.
+        """
+        n = len(keys)
+        index, add, tps = self._index, self.add, self._ticks_per_second
+        first = dues[0] if n else 0.0
+        if n > 1 and dues.count(first) != n:  # keys of one second come together
+            order: Sequence[int]
+            try:
+                order = sorted(range(n), key=dues.__getitem__)
+            except TypeError:  # not all numbers: add() names the bad one
+                order = range(n)
+            keys, dues = list(map(keys.__getitem__, order)), list(map(dues.__getitem__, order))
+        floor, big, above_ticks = _floor, _BIG, self._next_second_tick
+        slot: dict[K, float] = {}
+        second_end = -1  # the tick after the second of `slot` (dues ascend from here on)
+        for key, due in zip(keys, dues, strict=True):
+            if due.__class__ is float and -big < due < big and key not in index:
+                tick = floor(due * tps)
+                if tick < second_end and len(slot) < SEGMENT:
+                    slot[key] = due
+                    index[key] = slot
+                    continue
+                add(key, due)
+                if tick >= above_ticks:
+                    slot, second_end = index[key], (tick // tps + 1) * tps
+                continue
+            add(key, due)
 
     def _add_far(self, key: K, due: float, tick: int) -> None:
         """``add`` for the day ring and the overflow."""

@@ -9,6 +9,8 @@ Besides :class:`Store`, a store may offer optional abilities, each a small runti
 protocol that callers test with one ``isinstance`` check:
 
 * :class:`SupportsCompactInsert`: cheap inserts of fresh tasks with default options;
+* :class:`SupportsNewTasks`: a batch of fresh tasks sharing their options (:class:`NewTasks`)
+  inserted straight from its columns, with no :class:`Task` snapshot built per task;
 * :class:`SupportsFinishMany`: several runs' outcomes stored in one step;
 * :class:`SupportsInspection`: the read-only queries behind ``timewheel inspect``;
 * :class:`SupportsMaintenance`: housekeeping the scheduler's trigger runs now and then;
@@ -22,6 +24,7 @@ protocol that callers test with one ``isinstance`` check:
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from timewheel.clock import Clock, DrivingClock, SystemClock
@@ -30,6 +33,7 @@ from timewheel.task import EMPTY_KWARGS, ScheduleRecord, Task, TaskState
 __all__ = [
     "Changed",
     "Finish",
+    "NewTasks",
     "OnConflict",
     "Promoted",
     "Store",
@@ -37,6 +41,7 @@ __all__ = [
     "SupportsFinishMany",
     "SupportsInspection",
     "SupportsMaintenance",
+    "SupportsNewTasks",
     "SupportsNotifications",
     "SupportsPendingAmong",
     "SupportsPromoteKeys",
@@ -282,6 +287,69 @@ class SupportsCompactInsert(Protocol):
         Raises:
             DuplicateKeyError: a task with this id exists.
             ValueError: *due* is later than *now*.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class NewTasks:
+    """A checked batch of fresh PENDING tasks without dependencies that share every option but
+    their function, arguments and due time: what ``schedule_many`` builds for the common case.
+
+    Task *k* is ``template.evolve(id=ids[k], func=funcs[k], args=args[k], kwargs=kwargs[k],
+    due=dues[k])``, PENDING at version 0 (:meth:`tasks` builds them). The lists have one entry
+    per task; ids are fresh (generated), so none repeats within the batch. On a durable store
+    ``funcs`` hold references (``"module:qualname"``) and the arguments were checked as JSON.
+    """
+
+    template: Task
+    ids: list[str]
+    funcs: Sequence[Callable[..., Any] | str]
+    args: Sequence[tuple[Any, ...]]
+    kwargs: Sequence[Mapping[str, Any]]
+    dues: Sequence[float]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def tasks(self) -> list[Task]:
+        """The batch as :class:`Task` snapshots, in order (for stores without
+        :class:`SupportsNewTasks`)."""
+        t = self.template
+        return [
+            Task(
+                id=i,
+                func=f,
+                args=a,
+                kwargs=k,
+                due=d,
+                retry=t.retry,
+                priority=t.priority,
+                queue=t.queue,
+                timeout=t.timeout,
+                created=t.created,
+                updated=t.created,
+                when=t.when,
+            )
+            for i, f, a, k, d in zip(
+                self.ids, self.funcs, self.args, self.kwargs, self.dues, strict=True
+            )
+        ]
+
+
+@runtime_checkable
+class SupportsNewTasks(Protocol):
+    """**Protocol:** a store that inserts a :class:`NewTasks` batch from its columns.
+
+    The same as ``insert_many(batch.tasks())`` (with ``on_conflict="error"``), without building
+    a snapshot per task: one store step, all of the batch or, on any error, none of it.
+    """
+
+    def insert_new(self, batch: NewTasks) -> None:
+        """Insert every task of *batch* in one step.
+
+        Raises:
+            DuplicateKeyError: an id exists already; nothing is inserted.
         """
         ...
 

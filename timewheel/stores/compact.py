@@ -21,7 +21,8 @@ table keeps for it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator, KeysView
+from collections.abc import Callable, Iterator, KeysView, Sequence
+from itertools import repeat
 from typing import Any
 
 from timewheel.stores.policy import task_exists
@@ -86,6 +87,48 @@ class CompactRecords:
             use[1] += 1
             number = use[2]  # one shared int object, not a new one per record
         self._records[task_id] = (due, now, number, args) if args else _pack(due, now, number)
+
+    def add_many(
+        self,
+        ids: Sequence[str],
+        funcs: Sequence[Callable[..., Any] | str],
+        args: Sequence[tuple[Any, ...]],
+        dues: Sequence[float],
+        now: float,
+    ) -> None:
+        """:meth:`add` for a batch of fresh tasks with new, distinct ids, all or none. A batch of
+        one function whose tasks all have arguments, or none has, is stored column by column.
+
+        Raises:
+            DuplicateKeyError: a record with one of the ids exists (nothing is added).
+        """
+        records = self._records
+        if not records.keys().isdisjoint(ids):
+            raise task_exists(next(i for i in ids if i in records))
+        n = len(ids)
+        if n and funcs.count(funcs[0]) == n:
+            number = self._use(funcs[0], n)
+            if all(args):
+                records.update(zip(ids, zip(dues, repeat(now), repeat(number), args), strict=True))
+                return
+            if not any(args):
+                records.update(zip(ids, map(_pack, dues, repeat(now), repeat(number)), strict=True))
+                return
+            self._release(number, n)
+        for task_id, func, a, due in zip(ids, funcs, args, dues, strict=True):
+            number = self._use(func, 1)
+            records[task_id] = (due, now, number, a) if a else _pack(due, now, number)
+
+    def _use(self, func: Callable[..., Any] | str, records: int) -> int:
+        """Count *records* more records naming *func*; its number (the table's shared int)."""
+        number = id(func)
+        use = self._functions.get(number)
+        if use is None:
+            self._functions[number] = [func, records, number]
+            return number
+        use[1] += records
+        shared: int = use[2]
+        return shared
 
     def get(self, task_id: str) -> Task | None:
         """The task a record stands for, built on the fly (the record stays), or ``None``."""
@@ -189,14 +232,14 @@ class CompactRecords:
             updated=created if updated is None else updated,
         )
 
-    def _release(self, number: int) -> None:
-        """A record naming function *number* left: the function leaves the table with its last
-        record."""
+    def _release(self, number: int, records: int = 1) -> None:
+        """*records* records naming function *number* left: the function leaves the table with
+        its last record."""
         use = self._functions[number]
-        if use[1] == 1:
+        if use[1] == records:
             del self._functions[number]
         else:
-            use[1] -= 1
+            use[1] -= records
 
     def _check(self) -> None:
         """Assert the invariants: each function's count is the number of records naming it; a

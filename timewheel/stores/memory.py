@@ -11,11 +11,12 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, Finish, OnConflict, Store
+from timewheel.stores.base import Changed, Finish, NewTasks, OnConflict, Store
 from timewheel.stores.compact import CompactRecords
 from timewheel.stores.ready_index import ReadyIndex
 from timewheel.task import (
     DEFAULT_QUEUE,
+    NO_RETRY,
     TERMINAL_STATES,
     ScheduleRecord,
     Task,
@@ -58,7 +59,8 @@ class MemoryStore(Store):
     cancellation, replacement) stores the full snapshot.
 
     After :meth:`close` the store refuses changes with :class:`~timewheel.errors.StoreError`;
-    reads keep working. Implements :class:`~timewheel.stores.base.SupportsCompactInsert` and
+    reads keep working. Implements :class:`~timewheel.stores.base.SupportsCompactInsert`,
+    :class:`~timewheel.stores.base.SupportsNewTasks` and
     :class:`~timewheel.stores.base.SupportsInspection`.
     """
 
@@ -247,6 +249,38 @@ class MemoryStore(Store):
                 put(None, new)
             changed = {t.id: self._insert(t, on_conflict) for t in plan.one_by_one}
             return policy.batch_changes(tasks, plan, changed)
+
+    def insert_new(self, batch: NewTasks) -> None:
+        """Insert a batch of fresh tasks (:class:`~timewheel.stores.base.SupportsNewTasks`) in
+        one hold of the lock: as compact records when they have default options and no keyword
+        arguments (what :meth:`add_pending` keeps), else as snapshots.
+
+        Raises:
+            DuplicateKeyError: an id exists already; nothing is inserted.
+        """
+        t = batch.template
+        compact = (
+            t.retry == NO_RETRY
+            and t.priority == 0
+            and t.queue == DEFAULT_QUEUE
+            and t.timeout is None
+            and t.when == "all_success"
+            and not any(batch.kwargs)
+        )
+        with self._lock:
+            self._writable()
+            tasks = self._tasks
+            if not tasks.keys().isdisjoint(batch.ids):
+                raise policy.task_exists(next(i for i in batch.ids if i in tasks))
+            if compact:
+                self._lite.add_many(batch.ids, batch.funcs, batch.args, batch.dues, t.created)
+                return
+            lite = self._lite
+            if not lite.keys().isdisjoint(batch.ids):
+                raise policy.task_exists(next(i for i in batch.ids if i in lite))
+            put = self._put
+            for new in batch.tasks():
+                put(None, new)
 
     def add_pending(
         self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float

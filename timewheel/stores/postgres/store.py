@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import errors as pgerrors
 
 from timewheel import validate
 from timewheel.clock import Clock, SystemClock
@@ -27,7 +28,15 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, Finish, OnConflict, Promoted, Store, WorkListener
+from timewheel.stores.base import (
+    Changed,
+    Finish,
+    NewTasks,
+    OnConflict,
+    Promoted,
+    Store,
+    WorkListener,
+)
 from timewheel.stores.postgres import inserts, runs, schema
 from timewheel.stores.postgres.clocks import CLOCK_WARNING, ServerClocks, measure
 from timewheel.stores.postgres.connections import Conn, Connections, parse_url
@@ -38,6 +47,7 @@ from timewheel.stores.sqlite.codec import (
     TASKS,
     Row,
     from_us,
+    new_rows,
     to_us,
 )
 from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, check_transition
@@ -127,6 +137,7 @@ class PostgresStore(InspectionQueries, Store):
     not yet expired. Without it (a ``FakeClock``, the contract suite) times are compared as the
     caller passes them, as on every store. Other hosts hear of work due soon and of READY work at
     once (:meth:`listen`: ``LISTEN``/``NOTIFY``). Implements
+    :class:`~timewheel.stores.base.SupportsNewTasks`,
     :class:`~timewheel.stores.base.SupportsInspection`,
     :class:`~timewheel.stores.base.SupportsServerClock` and
     :class:`~timewheel.stores.base.SupportsNotifications`.
@@ -454,6 +465,39 @@ class PostgresStore(InspectionQueries, Store):
 
         result: list[Changed] = self._write("inserting tasks", work)
         return result
+
+    def insert_new(self, batch: NewTasks) -> None:
+        """Insert a batch of fresh tasks (:class:`~timewheel.stores.base.SupportsNewTasks`): its
+        rows built column by column (:func:`~timewheel.stores.sqlite.codec.new_rows`), one
+        ``COPY`` in one transaction, no read first: the ids are new, and the primary key refuses
+        one that exists (rolling the batch back).
+
+        Raises:
+            DuplicateKeyError: an id exists already; nothing is inserted.
+        """
+        rows = new_rows(batch)
+        if not rows:
+            return
+        first_due = to_us(min(batch.dues))
+
+        def work(conn: Conn) -> None:
+            self._quiet(conn)  # one notification for the batch, not one per row
+            try:
+                with conn.transaction(), conn.cursor() as cur, cur.copy(_COPY) as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            except pgerrors.UniqueViolation:
+                found = conn.execute(
+                    "SELECT t.id FROM unnest(%s::text[]) AS b(id) JOIN tasks t ON t.id = b.id "
+                    "LIMIT 1",
+                    (batch.ids,),
+                ).fetchone()
+                raise policy.existing_in_batch(
+                    str(found[0]) if found else batch.ids[0], len(rows)
+                ) from None
+            self._announce_many(conn, first_due)
+
+        self._write("inserting tasks", work)
 
     def get(self, task_id: str) -> Task:
         t = self.find(task_id)

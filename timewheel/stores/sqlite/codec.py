@@ -31,6 +31,7 @@ from typing import Any, Generic, TypeVar
 from timewheel import refs
 from timewheel.errors import InvalidScheduleError, SerializationError
 from timewheel.stores import policy
+from timewheel.stores.base import NewTasks
 from timewheel.task import EMPTY_KWARGS, NO_RETRY, Retry, ScheduleRecord, Task, TaskState
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "claimed_fields",
     "decode_dependents",
     "from_us",
+    "new_rows",
     "to_us",
     "to_us_optional",
     "upstream_entry",
@@ -430,3 +432,44 @@ def claimed_fields(row: Row, owner: str, lease_us: int, now_us: int) -> dict[str
         "started": from_us(now_us),
         "updated": from_us(now_us),
     }
+
+
+# -- a batch of new tasks --------------------------------------------------------------------------
+_TAIL = len(TASKS.names) - 5  # the columns after id, func, args, kwargs, due: the batch's own
+
+
+def new_rows(batch: NewTasks) -> list[Row]:
+    """The rows of a :class:`~timewheel.stores.base.NewTasks` batch, in its order.
+
+    The columns a batch shares (state, version, options, times and the rest) are encoded once,
+    from its template; per task only its id, function reference, arguments (as JSON), keyword
+    arguments and due time, which are the first five columns, so each row is one tuple
+    concatenation. The batch's arguments were checked as JSON when it was built.
+
+    Raises:
+        SerializationError, InvalidScheduleError: as :meth:`RowCodec.encode`.
+    """
+    n = len(batch.ids)
+    if not n:
+        return []
+    shared = tuple(TASKS.encode(batch.template.evolve(func=batch.funcs[0])))[5:]
+    assert len(shared) == _TAIL
+    args = list(map(_dumps, batch.args))  # a tuple is written as a JSON array
+    kwargs = batch.kwargs
+    first = kwargs[0]
+    if kwargs.count(first) == n:
+        kwargs_text = [_enc_kwargs(first)] * n
+    else:
+        kwargs_text = list(map(_enc_kwargs, kwargs))
+    dues = batch.dues
+    dues_us = [to_us(dues[0])] * n if dues.count(dues[0]) == n else list(map(to_us, dues))
+    funcs = batch.funcs
+    if not all(isinstance(f, str) for f in set(funcs)):
+        funcs = list(map(refs.func_ref, funcs))
+    return list(
+        map(
+            tuple.__add__,
+            zip(batch.ids, funcs, args, kwargs_text, dues_us, strict=True),
+            itertools.repeat(shared),
+        )
+    )

@@ -12,7 +12,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,8 +25,8 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, Finish, OnConflict, Promoted, Store
-from timewheel.stores.sqlite import schema
+from timewheel.stores.base import Changed, Finish, NewTasks, OnConflict, Promoted, Store
+from timewheel.stores.sqlite import bulk, schema
 from timewheel.stores.sqlite.codec import (
     SCHEDULES,
     TASKS,
@@ -34,6 +34,7 @@ from timewheel.stores.sqlite.codec import (
     claimed_fields,
     decode_dependents,
     from_us,
+    new_rows,
     to_us,
     upstream_entry,
 )
@@ -51,7 +52,6 @@ __all__ = ["SQLiteStatistics", "SQLiteStore"]
 
 log = logging.getLogger("timewheel.stores.sqlite")
 
-_CHUNK = 500  # ids per IN (...) list, well under SQLITE_MAX_VARIABLE_NUMBER
 _IDLE_CHECKPOINT_EVERY = 60.0  # seconds between idle wal_checkpoint(TRUNCATE) attempts
 _IDLE_CHECKPOINT_WAIT = 0.05  # seconds an idle checkpoint waits for busy connections
 _PRUNE_BATCH = 500  # tasks deleted per transaction; other writers get the lock in between
@@ -151,6 +151,7 @@ class SQLiteStore(Store):
     ``fork()`` (each process opens its own connections) and picklable for spawned processes
     (the copy reopens the path). Runtime complexity: single-task operations are O(log n);
     ``claim_next`` and ``promote`` are O(batch * log n) in one transaction. Implements
+    :class:`~timewheel.stores.base.SupportsNewTasks` and
     :class:`~timewheel.stores.base.SupportsInspection`.
     """
 
@@ -303,48 +304,32 @@ class SQLiteStore(Store):
         policy.check_batch(tasks, on_conflict)
         if not tasks:
             return []
-        plain = on_conflict == "error" and not any(t.after for t in tasks)
-        if plain:
+        if on_conflict == "error" and not any(t.after for t in tasks):
             # the fast case: new ids without dependencies; the unique key refuses an existing one
             plan = policy.plan_batch(tasks, on_conflict, {})
             rows = TASKS.encode_many(plan.bulk)
             with self._tx("inserting tasks") as conn:
-                try:
-                    conn.executemany(_INS, rows)
-                except sqlite3.IntegrityError:
-                    raise policy.existing_in_batch(
-                        self._first_existing(conn, [t.id for t in tasks]), len(tasks)
-                    ) from None
+                bulk.insert_rows(conn, rows, [t.id for t in tasks])
             return policy.batch_changes(tasks, plan, {})
         with self._tx("inserting tasks") as conn:
-            existing = self._states(conn, [t.id for t in tasks])
+            existing = bulk.states(conn, [t.id for t in tasks])
             plan = policy.plan_batch(tasks, on_conflict, existing)
             conn.executemany(_INS, TASKS.encode_many(plan.bulk))
             changed = {t.id: self._insert_in(conn, t, on_conflict) for t in plan.one_by_one}
         return policy.batch_changes(tasks, plan, changed)
 
-    @staticmethod
-    def _states(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, TaskState]:
-        """The states of the tasks among *ids* that exist."""
-        return {
-            r[0]: _STATES[r[1]]
-            for chunk in _chunks(ids)
-            for r in conn.execute(
-                f"SELECT id, state FROM tasks WHERE id IN ({_sql_in(len(chunk))})", tuple(chunk)
-            )
-        }
+    def insert_new(self, batch: NewTasks) -> None:
+        """Insert a batch of fresh tasks (:class:`~timewheel.stores.base.SupportsNewTasks`):
+        its rows built column by column (:func:`~timewheel.stores.sqlite.codec.new_rows`),
+        one ``executemany`` in one transaction.
 
-    @staticmethod
-    def _first_existing(conn: sqlite3.Connection, ids: Sequence[str]) -> str:
-        """An id among *ids* that exists (after a unique-key failure says one does)."""
-        found: str = next(
-            r[0]
-            for chunk in _chunks(ids)
-            for r in conn.execute(
-                f"SELECT id FROM tasks WHERE id IN ({_sql_in(len(chunk))})", tuple(chunk)
-            )
-        )
-        return found
+        Raises:
+            DuplicateKeyError: an id exists already; nothing is inserted.
+        """
+        rows = new_rows(batch)
+        if rows:
+            with self._tx("inserting tasks") as conn:
+                bulk.insert_rows(conn, rows, batch.ids)
 
     def get(self, task_id: str) -> Task:
         t = self.find(task_id)
@@ -425,7 +410,7 @@ class SQLiteStore(Store):
         moved: list[Row] = []
         move = self._move_returning if self.returning else self._move_checked
         with self._tx("promoting tasks") as conn:
-            for chunk in _chunks(ids):
+            for chunk in bulk.chunks(ids):
                 moved.extend(move(conn, chunk, now_us, columns))
             if succ_rows:
                 conn.executemany(_INS_IGNORE, succ_rows)
@@ -442,7 +427,7 @@ class SQLiteStore(Store):
         """One chunk PENDING -> READY in one statement; the rows' *columns* as changed."""
         return conn.execute(
             f"UPDATE tasks SET state = 'ready', version = version + 1, updated = ? "
-            f"WHERE id IN ({_sql_in(len(chunk))}) {_PROMOTABLE} RETURNING {', '.join(columns)}",
+            f"WHERE id IN ({bulk.marks(len(chunk))}) {_PROMOTABLE} RETURNING {', '.join(columns)}",
             (now_us, *chunk, now_us),
         ).fetchall()
 
@@ -452,7 +437,7 @@ class SQLiteStore(Store):
     ) -> list[Row]:
         """:meth:`_move_returning` for SQLite before 3.35: read, then compare-and-swap each."""
         rows = conn.execute(
-            f"SELECT {', '.join(columns)} FROM tasks WHERE id IN ({_sql_in(len(chunk))}) "
+            f"SELECT {', '.join(columns)} FROM tasks WHERE id IN ({bulk.marks(len(chunk))}) "
             f"{_PROMOTABLE}",
             (*chunk, now_us),
         ).fetchall()
@@ -515,14 +500,14 @@ class SQLiteStore(Store):
         qparams: tuple[Any, ...] = ()
         if queues is not None:
             qs = list(dict.fromkeys(queues))
-            where += f" AND queue IN ({_sql_in(len(qs))})"
+            where += f" AND queue IN ({bulk.marks(len(qs))})"
             qparams = tuple(qs)
         with self._tx("claiming tasks") as conn:
             while True:
                 bad = self._claimable.unclaimable()
                 sql = f"{_SEL_READY} WHERE {where}"
                 if bad:
-                    sql += f" AND func NOT IN ({_sql_in(len(bad))})"
+                    sql += f" AND func NOT IN ({bulk.marks(len(bad))})"
                 sql += " ORDER BY priority DESC, due LIMIT ?"
                 rows = conn.execute(sql, (*qparams, *bad, limit)).fetchall()
                 # every function of the batch is checked (no short-circuit): bad ones are excluded
@@ -609,7 +594,7 @@ class SQLiteStore(Store):
         sql, params = f"{_SEL_READY} WHERE state = 'ready'", []
         if queues is not None:
             qs = list(dict.fromkeys(queues))
-            sql += f" AND queue IN ({_sql_in(len(qs))})"
+            sql += f" AND queue IN ({bulk.marks(len(qs))})"
             params += qs
         rows = self._read(sql + " ORDER BY priority DESC, due LIMIT ?", (*params, max(limit, 0)))
         return [TASKS.decode(r) for r in rows]
@@ -643,7 +628,7 @@ class SQLiteStore(Store):
             )
             if not states:
                 return []
-            where.append(f"state IN ({_sql_in(len(states))})")
+            where.append(f"state IN ({bulk.marks(len(states))})")
             params += states
         if schedule_id is not None:
             where.append("schedule_id = ?")
@@ -746,7 +731,7 @@ class SQLiteStore(Store):
 
     @staticmethod
     def _delete_rows(conn: sqlite3.Connection, ids: Sequence[str]) -> None:
-        marks = _sql_in(len(ids))
+        marks = bulk.marks(len(ids))
         conn.execute(f"DELETE FROM deps WHERE upstream IN ({marks})", ids)
         conn.execute(f"DELETE FROM deps WHERE downstream IN ({marks})", ids)
         conn.execute(f"DELETE FROM tasks WHERE id IN ({marks})", ids)
@@ -794,7 +779,7 @@ class SQLiteStore(Store):
         states = sorted(s.value for s in policy.CANCELLABLE_STATES)
         rows = conn.execute(
             f"SELECT id, version FROM tasks WHERE schedule_id = ? AND state IN "
-            f"({_sql_in(len(states))})",
+            f"({bulk.marks(len(states))})",
             (schedule_id, *states),
         ).fetchall()
         for task_id, version in rows:
@@ -855,10 +840,10 @@ class SQLiteStore(Store):
         """
         bad = self._claimable.unclaimable()
         out: dict[str, int] = {}
-        for chunk in _chunks(bad):
+        for chunk in bulk.chunks(bad):
             for func, n in self._read(
                 f"SELECT func, count(*) FROM tasks WHERE state = 'ready' AND func IN "
-                f"({_sql_in(len(chunk))}) GROUP BY func",
+                f"({bulk.marks(len(chunk))}) GROUP BY func",
                 tuple(chunk),
             ):
                 out[func] = n
@@ -894,7 +879,7 @@ class SQLiteStore(Store):
         """The last *limit* tasks that ended FAILED, TIMED_OUT or UPSTREAM_FAILED, newest first."""
         sts = [s.value for s in policy.REPORTED_FAILURES]
         rows = self._read(
-            f"{_SEL} WHERE state IN ({_sql_in(len(sts))}) ORDER BY updated DESC LIMIT ?",
+            f"{_SEL} WHERE state IN ({bulk.marks(len(sts))}) ORDER BY updated DESC LIMIT ?",
             (*sts, max(limit, 0)),
         )
         return [TASKS.decode(r) for r in rows]
@@ -1085,12 +1070,3 @@ def _reopen(
         read_only=read_only,
         verify=verify,
     )
-
-
-def _sql_in(n: int) -> str:
-    return ",".join("?" * n)
-
-
-def _chunks(seq: Sequence[str], n: int = _CHUNK) -> Iterator[Sequence[str]]:
-    for i in range(0, len(seq), n):
-        yield seq[i : i + n]
