@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -691,3 +692,15 @@ class ClaimableRefs:
             with self._lock:
                 self._known[ref] = ok
         return ok
+
+
+# a generator of the library's own: drawing from the random module's shared one would move the
+# state an application (or its test framework) seeded, from whichever thread is backing off
+_backoff_random = random.Random()
+
+
+def backoff_pause(delay: float) -> float:
+    """*delay* jittered to between half and one and a half times itself: the pause before a
+    store retries after contention or a lost connection, so that clients that failed together
+    don't retry in step."""
+    return delay * (0.5 + _backoff_random.random())

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from psycopg import errors as pgerrors
 from psycopg import pq, sql
 
 from timewheel.errors import StoreConfigError, StoreError
+from timewheel.stores import policy
 
 __all__ = ["APPLICATION_NAME", "Connections", "parse_url", "password_of", "redact"]
 
@@ -238,7 +238,7 @@ class Connections:
                         attempt,
                         self.retries,
                     )
-                time.sleep(delay * (0.5 + random.random()))
+                time.sleep(policy.backoff_pause(delay))
                 delay = min(delay * 2, 2.0)
             except psycopg.Error as e:
                 raise StoreError(

@@ -32,7 +32,6 @@ import hashlib
 import json
 import logging
 import os
-import random
 import threading
 from collections.abc import Callable
 from contextlib import suppress
@@ -41,6 +40,7 @@ import psycopg
 from psycopg import sql
 
 from timewheel.errors import StoreError
+from timewheel.stores import policy
 from timewheel.stores.base import WorkListener
 from timewheel.stores.postgres.connections import Conn
 from timewheel.stores.postgres.schema import NOTIFY_WITHIN
@@ -187,7 +187,7 @@ class Listener:
                 self._connected.clear()
                 if stop.is_set():
                     break
-                pause = delay * (0.5 + random.random())
+                pause = policy.backoff_pause(delay)
                 text = self._scrub(str(e)).strip()
                 log.warning(
                     "PostgreSQL at %s: the connection listening for other hosts' work was lost "

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import sqlite3
 import threading
 import time
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from timewheel.errors import StoreConfigError, StoreCorruptError, StoreError
+from timewheel.stores import policy
 
 __all__ = [
     "JOURNAL_SIZE_LIMIT",
@@ -413,7 +413,7 @@ class Connections:
             deadline = time.monotonic() + self._busy_timeout
             delay = 2e-5
             while True:
-                time.sleep(delay * (0.5 + random.random()))
+                time.sleep(policy.backoff_pause(delay))
                 try:
                     conn.execute("BEGIN IMMEDIATE")
                     return
