@@ -113,6 +113,8 @@ class Sample:
     threads: int
     db: int
     wal: int
+    sqlite_mem: int
+    page_cache: int
 
 
 @dataclass
@@ -130,6 +132,22 @@ class Outcome:
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def sqlite_memory() -> tuple[int, int]:
+    """SQLite's own accounting, over every connection of the process: the bytes it has
+    allocated, and of them the bytes of page caches (``sqlite3_status64``; (0, 0) when the
+    library cannot be reached through ``ctypes``)."""
+    try:
+        lib = ctypes.CDLL("libsqlite3.so.0")  # the one _sqlite3 links: same handle, same counters
+    except OSError:
+        return 0, 0
+    figures = []
+    for op in (0, 2):  # SQLITE_STATUS_MEMORY_USED, SQLITE_STATUS_PAGECACHE_OVERFLOW
+        current, high = ctypes.c_int64(), ctypes.c_int64()
+        lib.sqlite3_status64(op, ctypes.byref(current), ctypes.byref(high), 0)
+        figures.append(current.value)
+    return figures[0], figures[1]
 
 
 def malloc_trim() -> None:
@@ -181,6 +199,7 @@ def soak(
             gc.collect()
             if args.malloc_trim:
                 malloc_trim()
+            mem = sqlite_memory() if db is not None else (0, 0)
             out.samples.append(
                 Sample(
                     at=now - start,
@@ -192,6 +211,8 @@ def soak(
                     threads=threading.active_count(),
                     db=size(db),
                     wal=size(wal),
+                    sqlite_mem=mem[0],
+                    page_cache=mem[1],
                 )
             )
             next_sample = now + args.sample
@@ -247,6 +268,21 @@ def report(out: Outcome) -> None:
         f"(db {last.db / 2**20:.2f} MiB, WAL max {max(s.wal for s in out.samples) / 2**20:.2f} "
         f"MiB, at the end {last.wal / 2**20:.2f} MiB)"
     )
+    if last.sqlite_mem:
+        print(
+            f"  SQLite memory  {slope(xs, [float(s.sqlite_mem) for s in half]):+9.2f} B/task "
+            f"(sqlite3_status64, all connections: {last.sqlite_mem / 2**20:.2f} MiB at the end, "
+            f"page caches {last.page_cache / 2**20:.2f} MiB; at 1/4, 1/2, 3/4, end: "
+            + ", ".join(f"{s.sqlite_mem / 2**20:.2f}" for s in marks)
+            + " MiB)"
+        )
+        print(
+            "  db, WAL at 1/4, 1/2, 3/4, end: "
+            + ", ".join(f"{s.db / 2**20:.2f}/{s.wal / 2**20:.2f}" for s in marks)
+            + f" MiB; db slope over the last quarter "
+            f"{slope([float(s.scheduled) for s in quarter], [float(s.db) for s in quarter]):+.2f}"
+            " B/task"
+        )
     print(
         f"  fds {min(s.fds for s in half)}..{max(s.fds for s in half)}, "
         f"threads {min(s.threads for s in half)}..{max(s.threads for s in half)} "
