@@ -442,8 +442,11 @@ def prune(n: int, durable: bool) -> None:
         began = time.perf_counter()
         with sched:
             other.start()
+            wal = db.with_name(db.name + "-wal")
+            wal_max = 0
             while retention.removed < n:
                 time.sleep(0.05)
+                wal_max = max(wal_max, size(wal))
             took = time.perf_counter() - began
             stop.set()
             other.join()
@@ -468,6 +471,13 @@ def prune(n: int, durable: bool) -> None:
         f"  another thread's write: p99 {waits[int(len(waits) * 0.99)] * 1e3:.2f} ms, "
         f"longest {waits[-1] * 1e3:.1f} ms ({len(waits):,} writes)"
     )
+    print(
+        "  five longest trigger steps (wall): "
+        + ", ".join(f"{t * 1e3:.1f}" for t in reversed(steps[-5:]))
+        + " ms"
+    )
+    if durable:
+        print(f"  WAL at most {wal_max / 2**20:.2f} MiB (sampled every 50 ms)")
 
 
 def main() -> None:

@@ -282,19 +282,6 @@ def test_maintenance_runs_every_interval_without_retention() -> None:
     assert store.maintained == [T0, T0 + 60, T0 + 120, T0 + 180]
 
 
-def test_sqlite_maintain_truncates_the_wal(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "w.db")
-    try:
-        assert isinstance(store, SupportsMaintenance)
-        store.insert_many([Task(id=f"t{i}", func=f"{__name__}:noop", due=T0) for i in range(200)])
-        wal = tmp_path / "w.db-wal"
-        assert wal.stat().st_size > 0
-        store.maintain(T0)
-        assert wal.stat().st_size == 0
-    finally:
-        store.close()
-
-
 # -- failures keep text, not frames ----------------------------------------------------------
 class Marker:
     """An object only a failing task's frame refers to."""
