@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ import pytest
 from timewheel._contract import FUNC, T0
 from timewheel.stores.base import SupportsMaintenance
 from timewheel.stores.sqlite import SQLiteStore
+from timewheel.stores.sqlite import connections as sqlite_connections
 from timewheel.stores.sqlite.checkpoints import Checkpointer
 from timewheel.task import Task, TaskState
 
@@ -105,8 +107,9 @@ def test_maintain_truncates_the_wal_at_a_quiet_moment(store: SQLiteStore, db: Pa
     store.insert_many(_tasks("t", 200))
     assert _wal(db) > 0
     store.maintain(T0)  # returns at once: the thread waits for a second without commits
-    _wait_until(lambda: _wal(db) == 0, "the WAL truncated")
-    assert store._connections.checkpointer.truncates == 1
+    checkpointer = store._connections.checkpointer
+    _wait_until(lambda: checkpointer.truncates == 1, "a TRUNCATE")
+    assert _wal(db) == 0
 
 
 def test_idle_claim_asks_for_a_truncate(store: SQLiteStore, db: Path) -> None:
@@ -177,4 +180,35 @@ def test_a_forked_child_runs_its_own_thread(store: SQLiteStore, db: Path) -> Non
     assert os.waitstatus_to_exitcode(status) == 0
     assert _running(checkpointer)  # the parent's thread goes on
     assert len(store.tasks()) == 100
+    assert store.integrity_check() == []
+
+
+@pytest.mark.parametrize("valve", [False, True])
+def test_a_round_with_commits_during_each_copy(
+    store: SQLiteStore, db: Path, monkeypatch: pytest.MonkeyPatch, valve: bool
+) -> None:
+    """A commit during the copy keeps the round from leaving the log to start over (that
+    commit's writer starts it over itself, when the copy had caught up); past VALVE_FRAMES the
+    round copies once more with this process's writers held back, and does."""
+    connections = store._connections
+    connections.checkpointer.stop()  # the test runs the round itself
+    monkeypatch.setattr(sqlite_connections, "ROUND_COPIES", 1)
+    monkeypatch.setattr(sqlite_connections, "VALVE_FRAMES", 1 if valve else 10**9)
+    store.insert_many(_tasks("t", 200))
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("PRAGMA wal_autocheckpoint = 0")
+    result: list[tuple[bool, int]] = []
+    with connections._write_lock:  # the round copies, then waits here ...
+        th = threading.Thread(
+            target=lambda: result.append(connections.checkpoint_round(truncate=False))
+        )
+        th.start()
+        _wait_until(lambda: connections._checkpoint_lock.locked(), "the round began")
+        time.sleep(0.2)  # ... after its copy (the copy takes no lock)
+        other.execute("DELETE FROM tasks WHERE id = 't-0'")  # ... while another connection commits
+    th.join()
+    other.close()
+    restarted, frames = result[0]
+    assert frames > 0
+    assert restarted is valve
     assert store.integrity_check() == []

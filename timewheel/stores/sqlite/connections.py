@@ -41,6 +41,7 @@ from timewheel.stores.sqlite.checkpoints import Checkpointer
 __all__ = [
     "JOURNAL_SIZE_LIMIT",
     "ROUND_COPIES",
+    "VALVE_FRAMES",
     "Connections",
     "Durability",
     "Mode",
@@ -62,6 +63,12 @@ Mode = Literal["rwc", "rw", "ro"]
 ROUND_COPIES = 4
 """Most ``PASSIVE`` copies in one round of the checkpoint thread (:meth:`Connections.
 checkpoint_round`) before it gives up leaving the log to start over until the next round."""
+
+VALVE_FRAMES = 16_000
+"""Pages in the log (about 64 MB) from which a round that could not leave the log to start over
+makes this process's writers wait for one copy (:meth:`Connections.checkpoint_round`): SQLite's
+own checkpoint made every commit past ~1000 pages wait; the thread lets writers run on, up to
+this bound."""
 
 JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
 """Bytes the ``-wal`` file is cut back to when a checkpoint lets SQLite start it over.
@@ -473,8 +480,11 @@ class Connections:
         it copied the whole log and nothing was committed since it began, ``RESTART`` (or
         ``TRUNCATE``) under this process's write lock, which copies nothing and waits for
         nobody. A commit during the copy sends it round again (each copies only what came
-        during the one before), at most :data:`ROUND_COPIES` times. Returns whether the log was
-        left to start over (or truncated) and the most pages it held."""
+        during the one before), at most :data:`ROUND_COPIES` times; when even the last one had
+        commits during it and the log holds :data:`VALVE_FRAMES` pages or more, one more copy
+        runs under the write lock, so the log stays bounded even when this process writes
+        faster than the disk takes the copies. Returns whether the log was left to start over
+        (or truncated) and the most pages it held."""
         conn = self.get()
         most = 0
         with _GATE.call(), self._checkpoint_lock:
@@ -494,7 +504,12 @@ class Connections:
                             mode = "TRUNCATE" if truncate else "RESTART"
                             (busy, _, _) = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
                             return int(busy) == 0, most
-                return False, most  # committed during every copy: the next round tries again
+                if most < VALVE_FRAMES:
+                    return False, most  # committed during every copy: the next round tries again
+                with self._write_lock:  # writers outpace the copies: they wait for this one
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                return int(busy) == 0, most
             except sqlite3.Error as e:
                 log.debug("checkpoint of %s skipped: %s", self.path, e)
                 return False, most
