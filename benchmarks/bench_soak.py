@@ -115,6 +115,8 @@ class Sample:
     wal: int
     sqlite_mem: int
     page_cache: int
+    rows: int
+    free_pages: int
 
 
 @dataclass
@@ -148,6 +150,20 @@ def sqlite_memory() -> tuple[int, int]:
         lib.sqlite3_status64(op, ctypes.byref(current), ctypes.byref(high), 0)
         figures.append(current.value)
     return figures[0], figures[1]
+
+
+def table_figures(db: Path | None) -> tuple[int, int]:
+    """The tasks in the SQLite file and its free pages (pages SQLite reuses before it grows the
+    file), read on a connection of the benchmark's own; (0, 0) for the memory store."""
+    if db is None:
+        return 0, 0
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        (rows,) = conn.execute("SELECT count(*) FROM tasks").fetchone()
+        (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+        return int(rows), int(free)
+    finally:
+        conn.close()
 
 
 def malloc_trim() -> None:
@@ -200,6 +216,7 @@ def soak(
             if args.malloc_trim:
                 malloc_trim()
             mem = sqlite_memory() if db is not None else (0, 0)
+            rows, free_pages = table_figures(db)
             out.samples.append(
                 Sample(
                     at=now - start,
@@ -213,6 +230,8 @@ def soak(
                     wal=size(wal),
                     sqlite_mem=mem[0],
                     page_cache=mem[1],
+                    rows=rows,
+                    free_pages=free_pages,
                 )
             )
             next_sample = now + args.sample
@@ -282,6 +301,14 @@ def report(out: Outcome) -> None:
             + f" MiB; db slope over the last quarter "
             f"{slope([float(s.scheduled) for s in quarter], [float(s.db) for s in quarter]):+.2f}"
             " B/task"
+        )
+        peak = max(out.samples, key=lambda s: s.rows)
+        print(
+            "  tasks in the file at 1/4, 1/2, 3/4, end: "
+            + ", ".join(f"{s.rows:,}" for s in marks)
+            + f"; most {peak.rows:,} at {peak.at:.0f} s; free pages at the end "
+            f"{last.free_pages:,}; file bytes per task at the end "
+            f"{last.db / max(1, last.rows):.0f}, at the peak {peak.db / max(1, peak.rows):.0f}"
         )
     print(
         f"  fds {min(s.fds for s in half)}..{max(s.fds for s in half)}, "

@@ -166,9 +166,9 @@ class Checkpointer:
     def _run(self) -> None:
         last = -float("inf")  # when the last round began
         pause = self.every  # seconds from one round to the next
+        woken = True  # started, or slept until a commit came: the rate of writing is not known
         while True:
             with self._cond:
-                woken = False  # slept until a commit came: the rate of writing is not known
                 while not (self._dirty or self._truncate or self._stopped):
                     woken = True
                     self._cond.wait()
@@ -193,6 +193,7 @@ class Checkpointer:
                 pause = min(pause, 2 * SHORTEST_PAUSE)
             pause = max(SHORTEST_PAUSE, pause)
             last = began
+            woken = False
             if truncate and not done:
                 with self._cond:
                     self._truncate = True  # at the next quiet moment

@@ -70,6 +70,8 @@ makes this process's writers wait for one copy (:meth:`Connections.checkpoint_ro
 own checkpoint made every commit past ~1000 pages wait; the thread lets writers run on, up to
 this bound."""
 
+_READER_PAUSE = 0.001  # seconds a round waits before copying again (readers' statements are short)
+
 JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
 """Bytes the ``-wal`` file is cut back to when a checkpoint lets SQLite start it over.
 
@@ -479,9 +481,9 @@ class Connections:
         on the calling thread's connection: a ``PASSIVE`` checkpoint without locks, then, if
         it copied the whole log and nothing was committed since it began, ``RESTART`` (or
         ``TRUNCATE``) under this process's write lock, which copies nothing and waits for
-        nobody. A commit during the copy sends it round again (each copies only what came
-        during the one before), at most :data:`ROUND_COPIES` times; when even the last one had
-        commits during it and the log holds :data:`VALVE_FRAMES` pages or more, one more copy
+        nobody. A commit during the copy, or a reader that still needs part of the log, sends
+        it round again (each copies only what came during the one before), at most
+        :data:`ROUND_COPIES` times; when even the last one had commits during it and the log holds :data:`VALVE_FRAMES` pages or more, one more copy
         runs under the write lock, so the log stays bounded even when this process writes
         faster than the disk takes the copies. Returns whether the log was left to start over
         (or truncated) and the most pages it held."""
@@ -496,16 +498,19 @@ class Connections:
                     most = max(most, frames)
                     if frames <= 0 and not truncate:
                         return True, most  # empty, or started over already
-                    if copied != frames:
-                        return False, most  # readers still need the rest
-                    with self._write_lock:  # no commit of this process meanwhile
-                        (now,) = conn.execute("PRAGMA data_version").fetchone()
-                        if now == before:
-                            mode = "TRUNCATE" if truncate else "RESTART"
-                            (busy, _, _) = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
-                            return int(busy) == 0, most
+                    if copied == frames:  # else a reader still needs the rest (briefly)
+                        with self._write_lock:  # no commit of this process meanwhile
+                            (now,) = conn.execute("PRAGMA data_version").fetchone()
+                            if now == before:
+                                mode = "TRUNCATE" if truncate else "RESTART"
+                                (busy, _, _) = conn.execute(
+                                    f"PRAGMA wal_checkpoint({mode})"
+                                ).fetchone()
+                                if int(busy) == 0:
+                                    return True, most
+                    time.sleep(_READER_PAUSE)  # committed meanwhile, or a reader held on
                 if most < VALVE_FRAMES:
-                    return False, most  # committed during every copy: the next round tries again
+                    return False, most  # the next round tries again
                 with self._write_lock:  # writers outpace the copies: they wait for this one
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
