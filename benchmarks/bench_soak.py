@@ -324,11 +324,16 @@ def open_fds() -> int:
 
 
 def pool_threads() -> int:
-    """Live worker threads of thread pools (not their heartbeat threads)."""
+    """Live worker threads of thread pools (not the pool's heartbeat and finisher threads, the
+    trigger, or an SQLite store's checkpoint thread)."""
+    service = (
+        "timewheel-heartbeat",
+        "timewheel-finisher",
+        "timewheel-trigger",
+        "timewheel-sqlite-checkpoints",
+    )
     return sum(
-        t.name.startswith("timewheel-")
-        and t.name not in ("timewheel-heartbeat", "timewheel-trigger")
-        for t in threading.enumerate()
+        t.name.startswith("timewheel-") and t.name not in service for t in threading.enumerate()
     )
 
 
