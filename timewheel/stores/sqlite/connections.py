@@ -64,12 +64,14 @@ ROUND_COPIES = 4
 """Most ``PASSIVE`` copies in one round of the checkpoint thread (:meth:`Connections.
 checkpoint_round`) before it gives up leaving the log to start over until the next round."""
 
-VALVE_FRAMES = 4096
-"""Pages in the log (16 MB at 4 KB a page, :data:`JOURNAL_SIZE_LIMIT`) from which a round that
-could not leave the log to start over copies the rest with this process's writers held back
-(:meth:`Connections.checkpoint_round`): the rounds' own copies took the bulk already, so they
-wait for what was committed during the last one. SQLite's own checkpoint made the commit past
-~1000 pages wait for the whole copy."""
+VALVE_FRAMES = 16_000
+"""Pages in the log (about 64 MB at 4 KB a page, four times :data:`JOURNAL_SIZE_LIMIT`) from
+which a round that could not leave the log to start over copies the rest with this process's
+writers held back (:meth:`Connections.checkpoint_round`), so that writers that outpace the copies
+for good cannot grow the log without bound. A burst does not reach it (the first batches of a
+purge of a million tasks took the log to ~50 MB, which the next rounds started over): held back,
+the writers would wait for a copy, as they did at SQLite's own checkpoint, which made the
+commit past ~1000 pages wait for the whole copy."""
 
 _READER_PAUSE = 0.001  # seconds a round waits before copying again (readers' statements are short)
 
