@@ -14,14 +14,17 @@ the same time behind it. The store's connections therefore turn that off
   runs a ``RESTART`` checkpoint, which finds nothing left to copy (no disk wait) and only checks
   that no reader still uses the log: the next writer then starts the log over from its
   beginning. (Without that step a log copied while writers keep coming is never started over,
-  and grows: a writer starts the log over only if it began after the whole log was copied.)
+  and grows: a writer starts the log over only if it began after the whole log was copied.) A
+  commit during the copy, or a reader still using part of the log, sends the round round again,
+  a few times; past ~64 MB of log a round that still could not copies the rest with this
+  process's writers held back (``connections.VALVE_FRAMES``), so the log stays bounded.
 * **While the store is written**, a round about every :data:`TARGET_FRAMES` pages written, as
   SQLite's own checkpoint would come: the thread learns from each round how many pages the log
   held and spaces the next one to match the rate of writing, between :data:`SHORTEST_PAUSE`
   and :data:`PASSIVE_EVERY` seconds apart (the first commit after a quiet spell gets a round at
-  once, and the next soon after, to learn the new rate). The ``-wal`` file stays about the size
-  of what is written between two rounds, and ``journal_size_limit`` cuts back one that grew
-  larger.
+  once, and the next soon after, to learn the new rate). The log holds about what is written
+  between two rounds; the ``-wal`` file keeps its largest size, which ``journal_size_limit``
+  cuts back to 16 MB when the log starts over.
 * **When asked to shrink the file** (:meth:`Checkpointer.request_truncate`: the store's
   ``maintain()``, or a worker that found nothing to claim), the round ends with ``TRUNCATE``
   instead of ``RESTART``, once nothing has been committed for :data:`PASSIVE_EVERY` seconds; a

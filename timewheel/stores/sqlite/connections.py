@@ -41,6 +41,7 @@ from timewheel.stores.sqlite.checkpoints import Checkpointer
 __all__ = [
     "JOURNAL_SIZE_LIMIT",
     "ROUND_COPIES",
+    "SMALL_REMAINDER",
     "VALVE_FRAMES",
     "Connections",
     "Durability",
@@ -63,6 +64,12 @@ Mode = Literal["rwc", "rw", "ro"]
 ROUND_COPIES = 4
 """Most ``PASSIVE`` copies in one round of the checkpoint thread (:meth:`Connections.
 checkpoint_round`) before it gives up leaving the log to start over until the next round."""
+
+SMALL_REMAINDER = 64
+"""Most pages committed during a round's last copy for the round to copy what remains with this
+process's writers held back (:meth:`Connections.checkpoint_round`): so few pages take a
+moment to copy, and a steady stream of small commits no longer keeps the log from starting
+over."""
 
 VALVE_FRAMES = 16_000
 """Pages in the log (about 64 MB at 4 KB a page, four times :data:`JOURNAL_SIZE_LIMIT`) from
@@ -486,18 +493,22 @@ class Connections:
         ``TRUNCATE``) under this process's write lock, which copies nothing and waits for
         nobody. A commit during the copy, or a reader that still needs part of the log, sends
         it round again (each copies only what came during the one before), at most
-        :data:`ROUND_COPIES` times; when even the last one had commits during it and the log holds :data:`VALVE_FRAMES` pages or more, one more copy
-        runs under the write lock, so the log stays bounded even when this process writes
-        faster than the disk takes the copies. Returns whether the log was left to start over
+        :data:`ROUND_COPIES` times. When even the last one had commits during it, one more copy
+        runs under the write lock if they were few (at most :data:`SMALL_REMAINDER` pages: a
+        stream of small commits), or if the log holds :data:`VALVE_FRAMES` pages or more (so
+        that it stays bounded even when this process writes faster than the disk takes the
+        copies). Returns whether the log was left to start over
         (or truncated) and the most pages it held."""
         conn = self.get()
         most = 0
+        seen = [0]  # the log's pages at each copy: their growth is what a copy sees committed
         with _GATE.call(), self._checkpoint_lock:
             try:
                 conn.execute("PRAGMA busy_timeout = 0")
                 for _ in range(ROUND_COPIES):
                     (before,) = conn.execute("PRAGMA data_version").fetchone()
                     (_, frames, copied) = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    seen.append(frames)
                     most = max(most, frames)
                     if frames <= 0 and not truncate:
                         return True, most  # empty, or started over already
@@ -512,9 +523,13 @@ class Connections:
                                 if int(busy) == 0:
                                     return True, most
                     time.sleep(_READER_PAUSE)  # committed meanwhile, or a reader held on
-                if most < VALVE_FRAMES:
-                    return False, most  # the next round tries again
-                with self._write_lock:  # writers outpace the copies: they wait for this one
+                # frequent small commits came during every copy: the last copy then leaves little,
+                # and copying it with the writers held back is short; past VALVE_FRAMES the
+                # writers outpace the copies and wait whatever it takes
+                small = 0 <= seen[-1] - seen[-2] <= SMALL_REMAINDER
+                if most < VALVE_FRAMES and not small:
+                    return False, most  # a burst: the next round tries again
+                with self._write_lock:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
                 return int(busy) == 0, most
