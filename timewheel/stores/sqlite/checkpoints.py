@@ -16,8 +16,10 @@ the same time behind it. The store's connections therefore turn that off
   beginning. (Without that step a log copied while writers keep coming is never started over,
   and grows: a writer starts the log over only if it began after the whole log was copied.) A
   commit during the copy, or a reader still using part of the log, sends the round round again,
-  a few times; past ~64 MB of log a round that still could not copies the rest with this
-  process's writers held back (``connections.VALVE_FRAMES``), so the log stays bounded.
+  a few times; a round that still could not copies the rest with this process's writers held
+  back when only a few pages came during its last copy (a stream of small commits:
+  ``connections.SMALL_REMAINDER``), or whatever came once the log passed ~64 MB
+  (``connections.VALVE_FRAMES``), so the log stays bounded.
 * **While the store is written**, a round about every :data:`TARGET_FRAMES` pages written, as
   SQLite's own checkpoint would come: the thread learns from each round how many pages the log
   held and spaces the next one to match the rate of writing, between :data:`SHORTEST_PAUSE`
