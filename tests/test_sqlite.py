@@ -181,6 +181,10 @@ def test_promote_looks_ids_up_by_the_primary_key(
             cursor: sqlite3.Cursor = real.executemany(sql, params)
             return cursor
 
+        @property
+        def total_changes(self) -> int:
+            return real.total_changes
+
     ways = (True, False) if sqlite_store._HAS_RETURNING else (False,)
     for first, returning in enumerate(ways):
         monkeypatch.setattr(store, "returning", returning)

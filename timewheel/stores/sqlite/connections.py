@@ -412,6 +412,7 @@ class Connections:
                 self._begin(conn)
             except sqlite3.Error as e:
                 raise translate(self.path, e, doing) from e
+            changes = conn.total_changes
             try:
                 yield conn
             except BaseException as e:
@@ -431,7 +432,8 @@ class Connections:
                     except sqlite3.Error:
                         pass
                     raise translate(self.path, e, doing) from e
-                self._written()
+                if conn.total_changes != changes:  # an idle claim that found nothing wrote nothing
+                    self._written()
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         """``BEGIN IMMEDIATE``, waiting for another process's write lock at most busy_timeout.
