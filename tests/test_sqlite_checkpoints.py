@@ -141,7 +141,7 @@ def test_a_store_collected_unclosed_ends_its_thread(db: Path) -> None:
     del s
     gc.collect()
     _wait_until(lambda: not _running(checkpointer), "the thread ended")
-    assert _threads() == threads
+    assert _threads() <= threads  # (the collection may end other unclosed stores' threads too)
 
 
 def test_a_read_only_store_has_no_thread(db: Path) -> None:
