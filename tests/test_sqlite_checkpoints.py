@@ -120,6 +120,7 @@ def test_idle_claim_asks_for_a_truncate(store: SQLiteStore, db: Path) -> None:
 
 
 def test_the_thread_ends_with_the_store_and_leaves_no_fd(db: Path) -> None:
+    gc.collect()  # other tests' unclosed stores end their threads now, not during this test
     threads, fds = _threads(), _fds()
     s = SQLiteStore(db)
     assert not _running(s._connections.checkpointer)  # nothing written yet
@@ -129,7 +130,8 @@ def test_the_thread_ends_with_the_store_and_leaves_no_fd(db: Path) -> None:
     assert len(s._connections) == 2  # this thread's connection and the checkpointer's
     s.close()
     assert not _running(s._connections.checkpointer)
-    assert (_threads(), _fds()) == (threads, fds)
+    assert _threads() <= threads
+    assert _fds() <= fds
 
 
 def test_a_store_collected_unclosed_ends_its_thread(db: Path) -> None:
