@@ -113,6 +113,10 @@ class Sample:
     threads: int
     db: int
     wal: int
+    sqlite_mem: int
+    page_cache: int
+    rows: int
+    free_pages: int
 
 
 @dataclass
@@ -130,6 +134,36 @@ class Outcome:
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def sqlite_memory() -> tuple[int, int]:
+    """SQLite's own accounting, over every connection of the process: the bytes it has
+    allocated, and of them the bytes of page caches (``sqlite3_status64``; (0, 0) when the
+    library cannot be reached through ``ctypes``)."""
+    try:
+        lib = ctypes.CDLL("libsqlite3.so.0")  # the one _sqlite3 links: same handle, same counters
+    except OSError:
+        return 0, 0
+    figures = []
+    for op in (0, 2):  # SQLITE_STATUS_MEMORY_USED, SQLITE_STATUS_PAGECACHE_OVERFLOW
+        current, high = ctypes.c_int64(), ctypes.c_int64()
+        lib.sqlite3_status64(op, ctypes.byref(current), ctypes.byref(high), 0)
+        figures.append(current.value)
+    return figures[0], figures[1]
+
+
+def table_figures(db: Path | None) -> tuple[int, int]:
+    """The tasks in the SQLite file and its free pages (pages SQLite reuses before it grows the
+    file), read on a connection of the benchmark's own; (0, 0) for the memory store."""
+    if db is None:
+        return 0, 0
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        (rows,) = conn.execute("SELECT count(*) FROM tasks").fetchone()
+        (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+        return int(rows), int(free)
+    finally:
+        conn.close()
 
 
 def malloc_trim() -> None:
@@ -181,6 +215,8 @@ def soak(
             gc.collect()
             if args.malloc_trim:
                 malloc_trim()
+            mem = sqlite_memory() if db is not None else (0, 0)
+            rows, free_pages = table_figures(db)
             out.samples.append(
                 Sample(
                     at=now - start,
@@ -192,6 +228,10 @@ def soak(
                     threads=threading.active_count(),
                     db=size(db),
                     wal=size(wal),
+                    sqlite_mem=mem[0],
+                    page_cache=mem[1],
+                    rows=rows,
+                    free_pages=free_pages,
                 )
             )
             next_sample = now + args.sample
@@ -247,6 +287,29 @@ def report(out: Outcome) -> None:
         f"(db {last.db / 2**20:.2f} MiB, WAL max {max(s.wal for s in out.samples) / 2**20:.2f} "
         f"MiB, at the end {last.wal / 2**20:.2f} MiB)"
     )
+    if last.sqlite_mem:
+        print(
+            f"  SQLite memory  {slope(xs, [float(s.sqlite_mem) for s in half]):+9.2f} B/task "
+            f"(sqlite3_status64, all connections: {last.sqlite_mem / 2**20:.2f} MiB at the end, "
+            f"page caches {last.page_cache / 2**20:.2f} MiB; at 1/4, 1/2, 3/4, end: "
+            + ", ".join(f"{s.sqlite_mem / 2**20:.2f}" for s in marks)
+            + " MiB)"
+        )
+        print(
+            "  db, WAL at 1/4, 1/2, 3/4, end: "
+            + ", ".join(f"{s.db / 2**20:.2f}/{s.wal / 2**20:.2f}" for s in marks)
+            + f" MiB; db slope over the last quarter "
+            f"{slope([float(s.scheduled) for s in quarter], [float(s.db) for s in quarter]):+.2f}"
+            " B/task"
+        )
+        peak = max(out.samples, key=lambda s: s.rows)
+        print(
+            "  tasks in the file at 1/4, 1/2, 3/4, end: "
+            + ", ".join(f"{s.rows:,}" for s in marks)
+            + f"; most {peak.rows:,} at {peak.at:.0f} s; free pages at the end "
+            f"{last.free_pages:,}; file bytes per task at the end "
+            f"{last.db / max(1, last.rows):.0f}, at the peak {peak.db / max(1, peak.rows):.0f}"
+        )
     print(
         f"  fds {min(s.fds for s in half)}..{max(s.fds for s in half)}, "
         f"threads {min(s.threads for s in half)}..{max(s.threads for s in half)} "
@@ -261,11 +324,16 @@ def open_fds() -> int:
 
 
 def pool_threads() -> int:
-    """Live worker threads of thread pools (not their heartbeat threads)."""
+    """Live worker threads of thread pools (not the pool's heartbeat and finisher threads, the
+    trigger, or an SQLite store's checkpoint thread)."""
+    service = (
+        "timewheel-heartbeat",
+        "timewheel-finisher",
+        "timewheel-trigger",
+        "timewheel-sqlite-checkpoints",
+    )
     return sum(
-        t.name.startswith("timewheel-")
-        and t.name not in ("timewheel-heartbeat", "timewheel-trigger")
-        for t in threading.enumerate()
+        t.name.startswith("timewheel-") and t.name not in service for t in threading.enumerate()
     )
 
 
@@ -406,8 +474,11 @@ def prune(n: int, durable: bool) -> None:
         began = time.perf_counter()
         with sched:
             other.start()
+            wal = db.with_name(db.name + "-wal")
+            wal_max = 0
             while retention.removed < n:
                 time.sleep(0.05)
+                wal_max = max(wal_max, size(wal))
             took = time.perf_counter() - began
             stop.set()
             other.join()
@@ -432,6 +503,13 @@ def prune(n: int, durable: bool) -> None:
         f"  another thread's write: p99 {waits[int(len(waits) * 0.99)] * 1e3:.2f} ms, "
         f"longest {waits[-1] * 1e3:.1f} ms ({len(waits):,} writes)"
     )
+    print(
+        "  five longest trigger steps (wall): "
+        + ", ".join(f"{t * 1e3:.1f}" for t in reversed(steps[-5:]))
+        + " ms"
+    )
+    if durable:
+        print(f"  WAL at most {wal_max / 2**20:.2f} MiB (sampled every 50 ms)")
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import weakref
 from collections.abc import Collection, Iterable, Iterator
 from datetime import timedelta
@@ -22,6 +23,7 @@ from timewheel.retention import (
     Retention,
     keep_finished_seconds,
 )
+from timewheel.stores import memory
 from timewheel.stores.base import Store, SupportsMaintenance
 from timewheel.stores.sqlite import SQLiteStore
 from timewheel.task import Task, TaskState
@@ -282,19 +284,6 @@ def test_maintenance_runs_every_interval_without_retention() -> None:
     assert store.maintained == [T0, T0 + 60, T0 + 120, T0 + 180]
 
 
-def test_sqlite_maintain_truncates_the_wal(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "w.db")
-    try:
-        assert isinstance(store, SupportsMaintenance)
-        store.insert_many([Task(id=f"t{i}", func=f"{__name__}:noop", due=T0) for i in range(200)])
-        wal = tmp_path / "w.db-wal"
-        assert wal.stat().st_size > 0
-        store.maintain(T0)
-        assert wal.stat().st_size == 0
-    finally:
-        store.close()
-
-
 # -- failures keep text, not frames ----------------------------------------------------------
 class Marker:
     """An object only a failing task's frame refers to."""
@@ -418,3 +407,48 @@ async def test_async_scheduler_removes_finished_tasks_keeps_held_ones() -> None:
         await sched.run_until_idle()
         assert store.find("dropped") is None, "gone 60 s after it ended"
         assert await held == 1, "a referenced handle still reads its task"
+
+
+# -- the memory store's maintenance ------------------------------------------------------------
+def test_memory_store_maintain_rebuilds_its_large_tables_in_the_calling_thread() -> None:
+    store = tw.MemoryStore()
+    n = memory.REBUILD_MIN + 10
+    finished_tasks(store, n, T0)
+    store.insert_many([Task(id=f"p{i}", func=f"{__name__}:noop", due=T0 + 60) for i in range(5)])
+    tables, cancelled = store._tasks, store._by_state[TaskState.CANCELLED]
+    pending = store._by_state[TaskState.PENDING]
+    before = store.tasks()
+    done = threading.Event()
+
+    def trigger() -> None:
+        store.maintain(T0)
+        done.set()
+
+    th = threading.Thread(target=trigger)
+    th.start()
+    th.join()
+    assert done.is_set()
+    # the large tables are new copies, the small one untouched; contents and order the same
+    assert store._tasks is not tables
+    assert store._by_state[TaskState.CANCELLED] is not cancelled
+    assert store._by_state[TaskState.PENDING] is pending
+    assert list(store._by_state[TaskState.CANCELLED]) == list(cancelled)
+    assert store.tasks() == before
+    assert store.count_by_state() == {TaskState.CANCELLED: n, TaskState.PENDING: 5}
+    # retention still deletes oldest first after the rebuild
+    assert store.prune(before=T0 + 1, limit=3) == 3
+    ids = {t.id for t in store.tasks()}
+    assert "t0" not in ids
+    assert "t3" in ids
+
+
+def test_memory_store_maintain_is_called_by_retention_and_stops_at_close() -> None:
+    store = tw.MemoryStore()
+    assert isinstance(store, SupportsMaintenance)
+    finished_tasks(store, memory.REBUILD_MIN, T0)
+    retention = Retention(store, 60.0, batch=10)
+    assert id(retention.maintenance) == id(store)
+    store.close()
+    tables = store._tasks
+    store.maintain(T0)  # closed: nothing changes any more
+    assert store._tasks is tables

@@ -721,8 +721,8 @@ class ThreadPoolDispatcher:
             try:
                 if task is None:
                     # idle: one worker a second asks the store itself, which finds READY work
-                    # no snapshot announced and lets the store use the quiet moment (its idle
-                    # WAL checkpoint)
+                    # no snapshot announced and tells the store of the quiet moment (SQLite
+                    # asks its checkpoint thread to truncate the WAL)
                     self._run_batch(engine, owner, limit=1)
                 elif batched:
                     self._run_batch(engine, owner)

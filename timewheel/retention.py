@@ -224,8 +224,8 @@ class Retention:
             if removed >= self.batch:
                 self._next_pass = now + self.pause  # more may wait: another batch soon
                 self._catching_up = True
-        # after a backlog is worked off (not after each of its full batches: SQLite's own
-        # checkpoints keep the WAL bounded meanwhile), and at least every maintain_interval
+        # after a backlog is worked off (not after each of its full batches: SQLite's checkpoint
+        # thread keeps the WAL bounded meanwhile), and at least every maintain_interval
         done = 0 < removed < self.batch
         if self.maintenance is not None and (done or now >= self._next_maintenance):
             self.maintenance.maintain(now)

@@ -15,10 +15,11 @@ Layout and guarantees
   loss or OS crash may roll back the last commits (those since the last checkpoint); the database
   stays consistent either way. Tasks rolled back that way are lost or run again: handlers must be
   idempotent anyway (at-least-once, see ``docs/stores.md``).
-* **Checkpoints**: SQLite checkpoints the WAL automatically every ~1000 pages, but a reader that
-  is always busy can starve it and the ``-wal`` file never shrinks by itself. The store runs
-  ``wal_checkpoint(TRUNCATE)`` (with a short busy wait, skipped when the file is busy) when
-  ``claim_next`` finds nothing to do, at most once a minute, and on ``checkpoint()``.
+* **Checkpoints** run in a thread of the store's own, never at commit
+  (:mod:`~timewheel.stores.sqlite.checkpoints`): a ``PASSIVE`` checkpoint about every second
+  while the store is written, and ``wal_checkpoint(TRUNCATE)`` at a quiet moment after
+  ``maintain()`` or a ``claim_next`` that found nothing to do (at most once a minute) asked for
+  one; ``checkpoint()`` runs one at once, in the caller.
 * **Opening** checks the file before writing to it, including ``PRAGMA quick_check`` (see
   :mod:`~timewheel.stores.sqlite.schema`); ``read_only=True`` opens with SQLite's ``mode=ro``.
 
@@ -29,7 +30,8 @@ references and how many READY tasks wait on each.
 
 The package's modules: :mod:`~timewheel.stores.sqlite.schema` (the file, its schema and
 migrations), :mod:`~timewheel.stores.sqlite.codec` (rows to tasks and back, the encoding of
-values), :mod:`~timewheel.stores.sqlite.connections` (connections and transactions) and
+values), :mod:`~timewheel.stores.sqlite.connections` (connections and transactions),
+:mod:`~timewheel.stores.sqlite.checkpoints` (the checkpoint thread) and
 :mod:`~timewheel.stores.sqlite.store` (the operations).
 """
 

@@ -14,6 +14,9 @@ and the ``sqlite://`` URL that says which file and how (:func:`parse_url`).
   ``isolation_level=None``), so two writers never both read and then fail to upgrade a lock.
   Threads of one process also take a process-local lock around writes, so they queue on a mutex
   instead of on SQLite's sleeping busy handler.
+* **No connection checkpoints at commit** (``PRAGMA wal_autocheckpoint = 0``): the store's
+  :class:`~timewheel.stores.sqlite.checkpoints.Checkpointer` thread does it, so a commit never
+  waits for the disk on behalf of the whole log, with the write lock held.
 * SQLite errors become :class:`~timewheel.errors.StoreError` (or
   :class:`~timewheel.errors.StoreCorruptError`) naming the file and what the store was doing.
 """
@@ -33,9 +36,13 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from timewheel.errors import StoreConfigError, StoreCorruptError, StoreError
 from timewheel.stores import policy
+from timewheel.stores.sqlite.checkpoints import Checkpointer
 
 __all__ = [
     "JOURNAL_SIZE_LIMIT",
+    "ROUND_COPIES",
+    "SMALL_REMAINDER",
+    "VALVE_FRAMES",
     "Connections",
     "Durability",
     "Mode",
@@ -53,6 +60,27 @@ log = logging.getLogger("timewheel.stores.sqlite")
 Durability = Literal["durable", "fast"]
 Mode = Literal["rwc", "rw", "ro"]
 """How a connection opens the file: create it if missing, read and write, or read only."""
+
+ROUND_COPIES = 4
+"""Most ``PASSIVE`` copies in one round of the checkpoint thread (:meth:`Connections.
+checkpoint_round`) before it gives up leaving the log to start over until the next round."""
+
+SMALL_REMAINDER = 64
+"""Most pages committed during a round's last copy for the round to copy what remains with this
+process's writers held back (:meth:`Connections.checkpoint_round`): so few pages take a
+moment to copy, and a steady stream of small commits no longer keeps the log from starting
+over."""
+
+VALVE_FRAMES = 16_000
+"""Pages in the log (about 64 MB at 4 KB a page, four times :data:`JOURNAL_SIZE_LIMIT`) from
+which a round that could not leave the log to start over copies the rest with this process's
+writers held back (:meth:`Connections.checkpoint_round`), so that writers that outpace the copies
+for good cannot grow the log without bound. A burst does not reach it (the first batches of a
+purge of a million tasks took the log to ~50 MB, which the next rounds started over): held back,
+the writers would wait for a copy, as they did at SQLite's own checkpoint, which made the
+commit past ~1000 pages wait for the whole copy."""
+
+_READER_PAUSE = 0.001  # seconds a round waits before copying again (readers' statements are short)
 
 JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
 """Bytes the ``-wal`` file is cut back to when a checkpoint lets SQLite start it over.
@@ -169,11 +197,13 @@ def _connect(path: str, query: str, busy_timeout: float) -> sqlite3.Connection:
 
 def configure(conn: sqlite3.Connection, durability: Durability) -> None:
     """Set the per-connection pragmas: ``synchronous`` for *durability*, temporary data in memory,
-    and :data:`JOURNAL_SIZE_LIMIT`."""
+    :data:`JOURNAL_SIZE_LIMIT`, and no automatic checkpoint at commit (the store's
+    :class:`~timewheel.stores.sqlite.checkpoints.Checkpointer` runs them)."""
     sync = "FULL" if durability == "durable" else "NORMAL"
     conn.execute(f"PRAGMA synchronous = {sync}")
     conn.execute("PRAGMA temp_store = MEMORY")
     conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
 
 
 def is_busy(e: sqlite3.Error) -> bool:
@@ -278,8 +308,13 @@ class Connections:
         self._open: dict[int, tuple[sqlite3.Connection, _Closer]] = {}
         self._meta = threading.Lock()
         self._write_lock = threading.Lock()
+        # one checkpoint at a time in this process: SQLite answers a second one "busy" at once
+        self._checkpoint_lock = threading.Lock()
         self.closed = False
         self._hold(first, self._pid)
+        #: the thread that checkpoints the WAL (started by the first commit; none when read-only)
+        self.checkpointer = Checkpointer(self)
+        self._written = self.checkpointer.written
         _LIVE.add(self)
 
     def __len__(self) -> int:
@@ -345,7 +380,10 @@ class Connections:
         self._open = {}
         self._meta = threading.Lock()
         self._write_lock = threading.Lock()
+        # one checkpoint at a time in this process: SQLite answers a second one "busy" at once
+        self._checkpoint_lock = threading.Lock()
         self._pid = pid
+        self.checkpointer.after_fork()
 
     def read(self, sql: str, params: Sequence[Any] = (), doing: str = "reading") -> list[Row]:
         """Run one query on the calling thread's connection and fetch every row."""
@@ -374,6 +412,7 @@ class Connections:
                 self._begin(conn)
             except sqlite3.Error as e:
                 raise translate(self.path, e, doing) from e
+            changes = conn.total_changes
             try:
                 yield conn
             except BaseException as e:
@@ -393,6 +432,8 @@ class Connections:
                     except sqlite3.Error:
                         pass
                     raise translate(self.path, e, doing) from e
+                if conn.total_changes != changes:  # an idle claim that found nothing wrote nothing
+                    self._written()
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         """``BEGIN IMMEDIATE``, waiting for another process's write lock at most busy_timeout.
@@ -424,15 +465,79 @@ class Connections:
         finally:
             conn.execute(self._busy_pragma)
 
+    def checkpoint(self, mode: str) -> bool:
+        """``PRAGMA wal_checkpoint(mode)`` on the calling thread's connection, after any other
+        checkpoint of this process; True if it completed (False: other connections were busy).
+
+        Raises:
+            StoreError: SQLite failed.
+        """
+        with self._checkpoint_lock:
+            (busy, _, _) = self.read(f"PRAGMA wal_checkpoint({mode})", doing="checkpointing")[0]
+        return int(busy) == 0
+
     def try_checkpoint(self, busy_wait: float) -> None:
         """``wal_checkpoint(TRUNCATE)`` waiting at most *busy_wait* seconds; skipped if busy."""
         conn = self.get()
-        with _GATE.call():
+        with _GATE.call(), self._checkpoint_lock:
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(busy_wait * 1000)}")
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             except sqlite3.Error as e:
                 log.debug("checkpoint of %s skipped: %s", self.path, e)
+            finally:
+                conn.execute(self._busy_pragma)
+
+    def checkpoint_round(self, *, truncate: bool) -> tuple[bool, int]:
+        """One round of the checkpoint thread (see :mod:`~timewheel.stores.sqlite.checkpoints`)
+        on the calling thread's connection: a ``PASSIVE`` checkpoint without locks, then, if
+        it copied the whole log and nothing was committed since it began, ``RESTART`` (or
+        ``TRUNCATE``) under this process's write lock, which copies nothing and waits for
+        nobody. A commit during the copy, or a reader that still needs part of the log, sends
+        it round again (each copies only what came during the one before), at most
+        :data:`ROUND_COPIES` times. When even the last one had commits during it, one more copy
+        runs under the write lock if they were few (at most :data:`SMALL_REMAINDER` pages: a
+        stream of small commits), or if the log holds :data:`VALVE_FRAMES` pages or more (so
+        that it stays bounded even when this process writes faster than the disk takes the
+        copies). Returns whether the log was left to start over
+        (or truncated) and the most pages it held."""
+        conn = self.get()
+        most = 0
+        seen = [0]  # the log's pages at each copy: their growth is what a copy sees committed
+        with _GATE.call(), self._checkpoint_lock:
+            try:
+                conn.execute("PRAGMA busy_timeout = 0")
+                for _ in range(ROUND_COPIES):
+                    (before,) = conn.execute("PRAGMA data_version").fetchone()
+                    (_, frames, copied) = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    seen.append(frames)
+                    most = max(most, frames)
+                    if frames <= 0 and not truncate:
+                        return True, most  # empty, or started over already
+                    if copied == frames:  # else a reader still needs the rest (briefly)
+                        with self._write_lock:  # no commit of this process meanwhile
+                            (now,) = conn.execute("PRAGMA data_version").fetchone()
+                            if now == before:
+                                mode = "TRUNCATE" if truncate else "RESTART"
+                                (busy, _, _) = conn.execute(
+                                    f"PRAGMA wal_checkpoint({mode})"
+                                ).fetchone()
+                                if int(busy) == 0:
+                                    return True, most
+                    time.sleep(_READER_PAUSE)  # committed meanwhile, or a reader held on
+                # frequent small commits came during every copy: the last copy then leaves little,
+                # and copying it with the writers held back is short; past VALVE_FRAMES the
+                # writers outpace the copies and wait whatever it takes
+                small = 0 <= seen[-1] - seen[-2] <= SMALL_REMAINDER
+                if most < VALVE_FRAMES and not small:
+                    return False, most  # a burst: the next round tries again
+                with self._write_lock:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                return int(busy) == 0, most
+            except sqlite3.Error as e:
+                log.debug("checkpoint of %s skipped: %s", self.path, e)
+                return False, most
             finally:
                 conn.execute(self._busy_pragma)
 
@@ -443,6 +548,7 @@ class Connections:
         self.closed = True
         if os.getpid() != self._pid:
             self.after_fork()
+        self.checkpointer.stop()  # before its connection is closed under it
         with self._meta:
             closers = [closer for _, closer in self._open.values()]
         for closer in closers:

@@ -52,8 +52,8 @@ __all__ = ["SQLiteStatistics", "SQLiteStore"]
 
 log = logging.getLogger("timewheel.stores.sqlite")
 
-_IDLE_CHECKPOINT_EVERY = 60.0  # seconds between idle wal_checkpoint(TRUNCATE) attempts
-_IDLE_CHECKPOINT_WAIT = 0.05  # seconds an idle checkpoint waits for busy connections
+_IDLE_CHECKPOINT_EVERY = 60.0  # seconds between idle wal_checkpoint(TRUNCATE) requests
+_PRUNE_CHECKPOINT_WAIT = 0.05  # seconds prune's checkpoint waits for busy connections
 _PRUNE_BATCH = 500  # tasks deleted per transaction; other writers get the lock in between
 
 _P, _R, _RUN = TaskState.PENDING, TaskState.READY, TaskState.RUNNING
@@ -692,7 +692,7 @@ class SQLiteStore(Store):
                     break
                 due, rowid, _ = rows[-1]
         if total:
-            self._connections.try_checkpoint(_IDLE_CHECKPOINT_WAIT)
+            self._connections.try_checkpoint(_PRUNE_CHECKPOINT_WAIT)
             self._last_checkpoint = time.monotonic()
         return total
 
@@ -737,10 +737,10 @@ class SQLiteStore(Store):
         conn.execute(f"DELETE FROM tasks WHERE id IN ({marks})", ids)
 
     def maintain(self, now: float) -> None:
-        """Checkpoint the write-ahead log, waiting at most a few tens of milliseconds for other
-        connections (see :class:`~timewheel.stores.base.SupportsMaintenance`). *now* is unused:
-        the checkpoint is due whenever the trigger asks."""
-        self._connections.try_checkpoint(_IDLE_CHECKPOINT_WAIT)
+        """Ask the store's checkpoint thread to fold the write-ahead log into the file and
+        truncate it at the next quiet moment (see
+        :mod:`~timewheel.stores.sqlite.checkpoints`); returns at once. *now* is unused."""
+        self._connections.checkpointer.request_truncate()
         self._last_checkpoint = time.monotonic()
 
     # -- schedules --------------------------------------------------------------------------------
@@ -1008,16 +1008,15 @@ class SQLiteStore(Store):
             raise InvalidScheduleError(
                 f"unknown checkpoint mode {mode!r}; use PASSIVE, FULL, RESTART or TRUNCATE"
             )
-        (busy, _, _) = self._read(f"PRAGMA wal_checkpoint({mode})", doing="checkpointing")[0]
+        done = self._connections.checkpoint(mode)
         self._last_checkpoint = time.monotonic()
-        return int(busy) == 0
+        return done
 
     def _maybe_idle_checkpoint(self) -> None:
         if time.monotonic() - self._last_checkpoint < _IDLE_CHECKPOINT_EVERY:
             return
         self._last_checkpoint = time.monotonic()
-        # a short busy wait: an idle worker must not stall behind other processes
-        self._connections.try_checkpoint(_IDLE_CHECKPOINT_WAIT)
+        self._connections.checkpointer.request_truncate()
 
     # -- lifecycle --------------------------------------------------------------------------------
     @classmethod
