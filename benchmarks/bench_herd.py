@@ -580,6 +580,7 @@ class RealHerd:
     collections: list[float]
     prepared: int
     slow_during: list[str]
+    slow_before: list[str]
 
 
 def real_herd(n: int, workers: int, lead: float) -> RealHerd:
@@ -625,6 +626,7 @@ def real_herd(n: int, workers: int, lead: float) -> RealHerd:
             collections=spans,
             prepared=prepared,
             slow_during=times.slow_steps(MIDNIGHT, MIDNIGHT + 3600),
+            slow_before=times.slow_steps(MIDNIGHT - 300, MIDNIGHT),
         )
 
 
@@ -716,6 +718,8 @@ def real_section(n: int, workers: int, lead: float, rounds: int) -> None:
     print(f"    longest step, the 5 minutes before: {big.longest_before.text()}")
     print(f"    longest step, during the herd:      {big.longest_during.text()}")
     for label, run in (("alone", alone), (f"{workers} workers", big)):
+        for line in run.slow_before:
+            print(f"    slow step before midnight ({label}) {line}")
         for line in run.slow_during:
             print(f"    slow step after midnight ({label}) {line}")
     for label, run in (("alone", alone), ("with workers", big)):

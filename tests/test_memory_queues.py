@@ -121,6 +121,15 @@ class QueuesVersusRecount(RuleBasedStateMachine):
         assert self.store.count_by_queue() == want
 
     @invariant()
+    def retrying_and_ready_match_a_recount(self) -> None:
+        # promote keeps these indexes by a path of its own (PENDING -> READY)
+        every = self.store.tasks()
+        retrying = {t.id for t in every if t.state is S.PENDING and t.attempts}
+        assert {t.id for t in self.store.retrying(len(IDS))} == retrying
+        ready = {t.id for t in every if t.state is S.READY}
+        assert {t.id for t in self.store.ready(limit=len(IDS))} == ready
+
+    @invariant()
     def by_function_matches_a_sort(self) -> None:
         every = sorted(self.store.tasks(), key=lambda t: (t.func_name, t.id))
         for prefix in ("tests.", "tests.test_memory_queues:s", "tests.test_memory_queues:send"):

@@ -86,6 +86,11 @@ def test_moved_copies_every_field_but_state_version_and_updated() -> None:
     want.update(state=TaskState.READY, version=9, updated=5.0)
     assert {f.name: getattr(m, f.name) for f in dataclasses.fields(Task)} == want
     assert m == t.evolve(state=TaskState.READY, version=9, updated=5.0)
+    # both copies are built on the unfrozen layout twin: they must come out as frozen Tasks
+    for copy in (m, t.evolve(due=3.0)):
+        assert type(copy) is Task
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            copy.due = 0.0  # type: ignore[misc]  # the point of the test
 
 
 def test_evolve_refuses_unknown_fields_and_tasks_stay_frozen() -> None:
