@@ -21,6 +21,7 @@ from typing import Any
 
 from timewheel.stores import policy
 from timewheel.stores.base import Changed, OnConflict
+from timewheel.stores.postgres import schema
 from timewheel.stores.postgres.connections import Conn
 from timewheel.stores.sqlite.codec import TASKS
 from timewheel.task import TaskState
@@ -30,14 +31,11 @@ __all__ = ["INSERT_NEW", "insert_new"]
 _ID = TASKS.position["id"]
 _STATE = TASKS.position["state"]
 
-INSERT_NEW = (
-    f"INSERT INTO tasks ({', '.join(TASKS.names)}) "
-    f"VALUES ({', '.join(['%s'] * len(TASKS.names))}) ON CONFLICT (id) DO NOTHING"
-).encode()
+INSERT_NEW = schema.INSERT_TASK_IF_NEW.encode()
 """The single statement; its parameters are the encoded row. (Returning nothing, it costs the
 server and the client less than a form that also returns a conflicting row.)"""
 
-_EXISTING = f"SELECT {', '.join(TASKS.names)} FROM tasks WHERE id = %s".encode()
+_EXISTING = (schema.SELECT_TASKS + " WHERE id = %s").encode()
 
 
 def insert_new(conn: Conn, row: list[Any], on_conflict: OnConflict) -> Changed | None:

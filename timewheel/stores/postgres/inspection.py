@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from timewheel.stores import policy
+from timewheel.stores.postgres import schema
 from timewheel.stores.sqlite.codec import (
     TASKS,
     Row,
@@ -23,7 +24,7 @@ from timewheel.task import Task, TaskState
 
 __all__ = ["InspectionQueries"]
 
-_SEL = f"SELECT {', '.join(TASKS.names)} FROM tasks"
+_SEL = schema.SELECT_TASKS
 
 
 class InspectionQueries:

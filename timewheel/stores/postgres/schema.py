@@ -20,8 +20,28 @@ from psycopg import sql
 
 from timewheel.errors import SchemaVersionError, StoreError
 from timewheel.stores.policy import OTHER_QUEUES_SQL, RETRYING_SQL
+from timewheel.stores.sqlite.codec import TASKS
 
-__all__ = ["MIGRATIONS", "NOTIFY_WITHIN", "SCHEMA_VERSION", "migrate", "schema_version"]
+__all__ = [
+    "INSERT_TASK",
+    "INSERT_TASK_IF_NEW",
+    "MIGRATIONS",
+    "NOTIFY_WITHIN",
+    "SCHEMA_VERSION",
+    "SELECT_TASKS",
+    "TASK_COLUMNS",
+    "migrate",
+    "schema_version",
+]
+
+TASK_COLUMNS = ", ".join(TASKS.names)
+"""The ``tasks`` table's columns, in the codec's order."""
+SELECT_TASKS = f"SELECT {TASK_COLUMNS} FROM tasks"
+"""Every column of the ``tasks`` table, in the codec's order: add a ``WHERE`` clause."""
+INSERT_TASK = f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join(['%s'] * len(TASKS.names))})"
+"""One encoded task row."""
+INSERT_TASK_IF_NEW = INSERT_TASK + " ON CONFLICT (id) DO NOTHING"
+"""One encoded task row, unless a task holds its id (then nothing, and no error)."""
 
 SCHEMA_VERSION = 4
 """The schema version this code writes."""

@@ -69,12 +69,11 @@ _ERROR = TASKS.position["error"]
 _UNMET = TASKS.position["unmet"]
 _SCHEDULE_VERSION = SCHEDULES.position["version"]
 
-_COLS = ", ".join(TASKS.names)
-_SEL = f"SELECT {_COLS} FROM tasks"
+_SEL = schema.SELECT_TASKS
 _SEL_ID = _SEL + " WHERE id = %s"
-_INS = f"INSERT INTO tasks ({_COLS}) VALUES ({', '.join(['%s'] * len(TASKS.names))})"
-_INS_IGNORE = _INS + " ON CONFLICT (id) DO NOTHING"
-_COPY = f"COPY tasks ({_COLS}) FROM STDIN"
+_INS = schema.INSERT_TASK
+_INS_IGNORE = schema.INSERT_TASK_IF_NEW
+_COPY = f"COPY tasks ({schema.TASK_COLUMNS}) FROM STDIN"
 _SSEL = f"SELECT {', '.join(SCHEDULES.names)} FROM schedules"
 _SINS = (
     f"INSERT INTO schedules ({', '.join(SCHEDULES.names)}) "
