@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, MutableMapping, Sequence
 from typing import Any
 
+from timewheel.shards import SHARD_MASK, ShardedDict
 from timewheel.stores import policy
 from timewheel.stores.base import Changed, Finish, NewTasks, OnConflict, Store
 from timewheel.stores.compact import CompactRecords
@@ -32,9 +34,13 @@ _R = TaskState.READY
 _RUN = TaskState.RUNNING
 _PRUNE_BATCH = 1000  # deletions per hold of the lock in prune()
 # maintain() rebuilds the tables of this many entries or more (smaller ones are small blocks that
-# the allocator reuses anywhere) and of at most this many (a copy holds the lock ~20 ns an entry)
+# the allocator reuses anywhere) and of at most this many (a copy holds the lock ~20 ns an entry);
+# a sharded table is rebuilt part by part, and one call copies about REBUILD_BUDGET entries at
+# most (the next call goes on where it stopped), so that no call holds the lock much over a few
+# milliseconds whatever the store's size
 REBUILD_MIN = 4096
 REBUILD_MAX = 250_000
+REBUILD_BUDGET = 60_000
 
 
 def _let_others_in() -> None:
@@ -76,9 +82,17 @@ class MemoryStore(Store):
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._tasks: dict[str, Task] = {}
+        # The tables that grow by a herd's size in the minutes before it (its successors stored
+        # ahead, then its heads made READY) are sharded, so that no insertion grows a table of
+        # 100,000s of entries in one go (timewheel.shards); the other states keep the order their
+        # tasks entered them in one dict (retention and the ended queries read that order).
+        self._tasks: ShardedDict[str, Task] = ShardedDict()
         self._lite = CompactRecords()  # fresh PENDING tasks with default options
-        self._by_state: dict[TaskState, dict[str, None]] = {s: {} for s in TaskState}
+        self._pending: ShardedDict[str, None] = ShardedDict()
+        self._ready_ids: ShardedDict[str, None] = ShardedDict()
+        self._by_state: dict[TaskState, MutableMapping[str, None]] = {s: {} for s in TaskState}
+        self._by_state[_P] = self._pending
+        self._by_state[_R] = self._ready_ids
         self._ready = ReadyIndex()  # the READY tasks in the order ready() returns them
         self._dependents: dict[str, list[str]] = {}
         # upstream id -> ids of the tasks naming it in ``after``, kept after it settled them
@@ -93,6 +107,7 @@ class MemoryStore(Store):
         # queue -> state -> tasks, for the queues other than the default one; the default queue
         # (every compact record's) holds the rest of each state's tasks
         self._queued: dict[str, dict[TaskState, int]] = {}
+        self._rebuild_next = 0  # where the next maintain() goes on (see _rebuild_units)
         self._closed = False
 
     # -- internals -----------------------------------------------------------------------------
@@ -108,8 +123,9 @@ class MemoryStore(Store):
             self._retrying[new.id] = None
         elif old is not None and old.attempts and old.state is _P:
             self._retrying.pop(old.id, None)
-        self._by_state[new.state][new.id] = None
-        self._tasks[new.id] = new
+        tid = new.id
+        self._by_state[new.state][tid] = None
+        self._tasks.shards[hash(tid) & SHARD_MASK][tid] = new
         if new.queue != DEFAULT_QUEUE or (old is not None and old.queue != DEFAULT_QUEUE):
             self._count_queue(old, -1)
             self._count_queue(new, 1)
@@ -130,9 +146,10 @@ class MemoryStore(Store):
         the READY *new* of the same id and queue: the task stays active for its schedule (no
         change there) and only the state indexes, READY index and queue counts move."""
         tid = new.id
-        del self._by_state[_P][tid]
-        self._by_state[_R][tid] = None
-        self._tasks[tid] = new
+        part = hash(tid) & SHARD_MASK
+        del self._pending.shards[part][tid]
+        self._ready_ids.shards[part][tid] = None
+        self._tasks.shards[part][tid] = new
         self._ready.add(new)
         if old.attempts:
             self._retrying.pop(tid, None)
@@ -152,6 +169,12 @@ class MemoryStore(Store):
             del by_state[task.state]
             if not by_state:
                 del self._queued[task.queue]
+
+    def _entered(self, state: TaskState) -> dict[str, None]:
+        """The ids of a state other than PENDING and READY, in the order they entered it."""
+        ids = self._by_state[state]
+        assert isinstance(ids, dict), f"{state} is kept in order"
+        return ids
 
     def _writable(self) -> None:
         if self._closed:
@@ -293,7 +316,7 @@ class MemoryStore(Store):
         with self._lock:
             self._writable()
             tasks = self._tasks
-            if not tasks.keys().isdisjoint(batch.ids):
+            if not tasks.isdisjoint(batch.ids):
                 raise policy.task_exists(next(i for i in batch.ids if i in tasks))
             if compact:
                 self._lite.add_many(batch.ids, batch.funcs, batch.args, batch.dues, t.created)
@@ -362,7 +385,7 @@ class MemoryStore(Store):
         return t
 
     def find(self, task_id: str) -> Task | None:
-        t = self._tasks.get(task_id)  # unlocked: one atomic read in the common case
+        t = self._tasks.shards[hash(task_id) & SHARD_MASK].get(task_id)  # unlocked: one read
         if t is None and self._lite:
             with self._lock:  # it may be moving from the compact records right now
                 return self._peek(task_id)
@@ -391,10 +414,10 @@ class MemoryStore(Store):
         moved: list[Task] = []
         with self._lock:
             self._writable()
-            tasks = self._tasks
+            parts = self._tasks.shards
             lite = self._lite
             for tid in task_ids:
-                t = tasks.get(tid)
+                t = parts[hash(tid) & SHARD_MASK].get(tid)
                 if t is None:
                     # straight from the compact record to READY, if it is due
                     t = lite.pop(tid, _R, 1, now, due_by=now)
@@ -408,7 +431,7 @@ class MemoryStore(Store):
                 self._put_promoted(t, new)
                 moved.append(new)
             for s in successors:
-                if s.id not in tasks and s.id not in lite:
+                if s.id not in parts[hash(s.id) & SHARD_MASK] and s.id not in lite:
                     self._put(None, policy.as_inserted(s))
         return moved
 
@@ -420,7 +443,8 @@ class MemoryStore(Store):
         # The lock is held for the swap alone, so worker threads rarely queue on it.
         if self._closed:
             raise policy.closed(repr(self))
-        t = self._tasks.get(task_id)
+        tasks, part = self._tasks, hash(task_id) & SHARD_MASK
+        t = tasks.shards[part].get(task_id)
         if t is None or t.version != expected_version or t.state is not _R:
             return None
         new = t.evolve(
@@ -433,7 +457,7 @@ class MemoryStore(Store):
             updated=now,
         )
         with self._lock:
-            if self._tasks.get(task_id) is not t:
+            if tasks.shards[part].get(task_id) is not t:
                 return None  # changed meanwhile: its version is no longer the expected one
             self._put(t, new)
         return new
@@ -478,8 +502,9 @@ class MemoryStore(Store):
     ) -> Changed | None:
         if self._closed:
             raise policy.closed(repr(self))
+        tasks, part = self._tasks, hash(task_id) & SHARD_MASK
         while True:  # optimistic, as in claim(); a heartbeat in between means one more pass
-            t = self._tasks.get(task_id)
+            t = tasks.shards[part].get(task_id)
             if t is None or t.state is not _RUN or t.lease_owner != owner:
                 return None
             check_transition(task_id, t.state, state)
@@ -492,7 +517,7 @@ class MemoryStore(Store):
                 **changes,
             )
             with self._lock:
-                if self._tasks.get(task_id) is not t:
+                if tasks.shards[part].get(task_id) is not t:
                     continue
                 self._put(t, new)
                 deps = self._settle(new, now) if state in TERMINAL_STATES else ()
@@ -712,7 +737,7 @@ class MemoryStore(Store):
         end = since + horizon
         with self._lock:
             for s in policy.ENDED_STATES:
-                for i in reversed(self._by_state[s]):
+                for i in reversed(self._entered(s)):
                     u = self._tasks[i].updated
                     if u < since:
                         break
@@ -729,7 +754,7 @@ class MemoryStore(Store):
         out: list[tuple[TaskState, float, float | None, float]] = []
         with self._lock:
             for s in policy.ENDED_STATES:
-                for n, i in enumerate(reversed(self._by_state[s])):
+                for n, i in enumerate(reversed(self._entered(s))):
                     t = self._tasks[i]
                     if t.updated < since or n >= limit:
                         break
@@ -884,9 +909,8 @@ class MemoryStore(Store):
             return True
 
     def maintain(self, now: float) -> None:
-        """Rebuild the task table and the per-state id tables of :data:`REBUILD_MIN` to
-        :data:`REBUILD_MAX` entries as fresh copies, in the calling thread (the scheduler's
-        trigger). *now* is unused.
+        """Rebuild the large tables as fresh copies, in the calling thread (the scheduler's
+        trigger), a bounded share per call. *now* is unused.
 
         A dict whose keys come and go (tasks inserted, finished, pruned) is rebuilt by CPython
         every so many insertions, in whichever thread inserts: finished tasks enter their
@@ -895,17 +919,46 @@ class MemoryStore(Store):
         some point, and kept the space (RSS grew ~19 bytes per task over the second quarter
         hour of a soak, ``docs/benchmarks.md``). Rebuilt here, the tables come from the
         trigger's arena, and between two passes the workers' insertions mostly fit in the
-        room a copy leaves. Holds the store's lock for the copies: about 1 ms per 50,000
-        entries.
+        room a copy leaves.
+
+        What is rebuilt: the task table and the PENDING and READY id tables part by part (they
+        are sharded, :mod:`timewheel.shards`) once they hold :data:`REBUILD_MIN` entries, and
+        the other states' id tables of :data:`REBUILD_MIN` to :data:`REBUILD_MAX` entries. One
+        call copies whole tables or parts until about :data:`REBUILD_BUDGET` entries are copied
+        (the lock is held for the copies: about 1 ms per 20,000 entries), and the next call
+        goes on from there.
         """
         with self._lock:
             if self._closed:
                 return
-            if REBUILD_MIN <= len(self._tasks) <= REBUILD_MAX:
-                self._tasks = dict(self._tasks)
-            for state, ids in self._by_state.items():
-                if REBUILD_MIN <= len(ids) <= REBUILD_MAX:
-                    self._by_state[state] = dict(ids)
+            units = self._rebuild_units()
+            start = self._rebuild_next % len(units)
+            copied = 0
+            for k in range(len(units)):
+                if copied >= REBUILD_BUDGET:
+                    self._rebuild_next = (start + k) % len(units)
+                    return
+                copied += units[(start + k) % len(units)]()
+            self._rebuild_next = start
+
+    def _rebuild_units(self) -> list[Callable[[], int]]:
+        """What :meth:`maintain` rebuilds, in its order: each unit copies one part or table if
+        it is large enough and returns the entries it copied (0 when it left it alone)."""
+        units: list[Callable[[], int]] = []
+        for table in (self._tasks, self._pending, self._ready_ids):
+            for index in range(len(table.shards)):
+                units.append(functools.partial(_rebuild_part, table, index))
+        for state in TaskState:
+            if state not in (_P, _R):
+                units.append(functools.partial(self._rebuild_state, state))
+        return units
+
+    def _rebuild_state(self, state: TaskState) -> int:
+        ids = self._by_state[state]
+        if not REBUILD_MIN <= len(ids) <= REBUILD_MAX:
+            return 0
+        self._by_state[state] = dict(ids)
+        return len(ids)
 
     def close(self) -> None:
         """Refuse further changes (idempotent); what the store holds stays readable."""
@@ -921,6 +974,14 @@ class MemoryStore(Store):
     def state_counts(self) -> Counter[TaskState]:
         """Counts by state as a ``Counter`` (a convenience over :meth:`count_by_state`)."""
         return Counter(self.count_by_state())
+
+
+def _rebuild_part(table: ShardedDict[str, Any], index: int) -> int:
+    """Rebuild part *index* of *table* when the table holds :data:`REBUILD_MIN` entries."""
+    if len(table) < REBUILD_MIN:
+        return 0
+    table.rebuild(index)
+    return len(table.shards[index])
 
 
 def _due_and_id(hit: tuple[float, str, str | None]) -> tuple[float, str]:
