@@ -255,9 +255,8 @@ class Trigger:
         self.waker: Waker | None = None
         #: when a real-time loop runs, a task placed already due is promoted by the placing thread
         self.promote_due_on_place = False
-        # recurring instances held (in the wheel, staged or being released) -> due; sharded,
-        # as the staged heads below: a herd's successors and heads would otherwise grow one
-        # table of 100,000s in a single pre-warming slice (timewheel.shards)
+        # recurring instances held (in the wheel, staged or being released) -> due (sharded: a
+        # herd's successors must not grow one large table in one slice, timewheel.shards)
         self._instances: ShardedDict[str, float] = ShardedDict()
         # second -> the instance ids placed due in it (may name ids gone since: checked on use)
         self._by_second: dict[int, list[str]] = {}
@@ -590,7 +589,6 @@ class Trigger:
                 ids = by_due[heap[0]]
                 while ids and len(out) < room:
                     task_id = ids.popleft()
-                    # else unindexed meanwhile
                     if staged[hash(task_id) & SHARD_MASK].pop(task_id, None) is not None:
                         out.append(task_id)
                 if not ids:

@@ -303,9 +303,7 @@ class TimingWheel(Generic[K]):
         self._tick_heap: list[int] = []
         self._overflow: dict[int, list[dict[K, float]]] = {}
         self._overflow_days: list[int] = []
-        # key -> the slot (segment) holding it; sharded (timewheel.shards), so that no add grows
-        # one table of 100,000s of keys in one go (a herd's successors come in while its heads
-        # leave: the table fills without growing in size)
+        # key -> its slot (segment); sharded, so no add grows one large table (timewheel.shards)
         self._index: ShardedDict[K, dict[K, float]] = ShardedDict()
         self._now = start
         self._current_tick = _floor(start * ticks_per_second)
