@@ -68,6 +68,10 @@ class MemoryStore(Store):
     snapshot. Reads see an ordinary Task built on the fly; the first change (promotion to READY,
     cancellation, replacement) stores the full snapshot.
 
+    The task table and the PENDING and READY id tables are split 16 ways by the id's hash
+    (:class:`~timewheel.shards.ShardedDict`): a herd adds 100,000 tasks to them within minutes,
+    and a plain dict would grow by moving all its entries in one insertion.
+
     Maintenance (:meth:`maintain`, which a scheduler's retention calls from its trigger) rebuilds
     the large tables, so that their memory comes from one thread's allocator.
 
@@ -638,7 +642,8 @@ class MemoryStore(Store):
         Without *limit*, the lock is held to copy the candidates' ids, then for batches of at
         most ``_PRUNE_BATCH`` deletions, so other threads keep going while a large store is
         pruned. With *limit*, one hold of the lock looks at no more than ``limit + len(keep)``
-        tasks per state, in the order they entered it, and deletes at most *limit*.
+        tasks per state, in the order they entered it (PENDING and READY, whose tables are
+        sharded: in that order within each part), and deletes at most *limit*.
         Tasks whose id is in *keep* stay.
         """
         sts = TERMINAL_STATES if states is None else frozenset(states)
