@@ -63,6 +63,14 @@ class ShardedDictModel(RuleBasedStateMachine):
                 self.table[key]
 
     @rule(probe=st.lists(keys, max_size=5))
+    def values_of(self, probe: list[object]) -> None:
+        if all(k in self.model for k in probe):
+            assert self.table.values_of(probe) == [self.model[k] for k in probe]
+        else:
+            with pytest.raises(KeyError):
+                self.table.values_of(probe)
+
+    @rule(probe=st.lists(keys, max_size=5))
     def isdisjoint(self, probe: list[object]) -> None:
         assert self.table.isdisjoint(probe) == self.model.keys().isdisjoint(probe)
 

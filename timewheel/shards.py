@@ -122,6 +122,12 @@ class ShardedDict(MutableMapping[K, V]):
         shards = self.shards
         return not any(k in shards[hash(k) & SHARD_MASK] for k in keys)
 
+    def values_of(self, keys: Iterable[K]) -> list[V]:
+        """The values of *keys*, in their order (``KeyError`` for a key not held): one call for
+        a scan, where ``table[k]`` would be a Python call per key."""
+        shards = self.shards
+        return [shards[hash(k) & SHARD_MASK][k] for k in keys]
+
     def rebuild(self, index: int) -> None:
         """Replace part *index* by a fresh copy of itself (same entries, same order): the copy's
         memory comes from the calling thread's allocator (see ``MemoryStore.maintain``)."""

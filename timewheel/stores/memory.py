@@ -545,7 +545,7 @@ class MemoryStore(Store):
             tasks = self._tasks
             hits: list[tuple[float, str, str | None]] = [
                 (t.due, t.id, t.schedule_id)
-                for t in (tasks[i] for i in self._by_state[_P])
+                for t in tasks.values_of(self._pending)
                 if t.due < until and t.unmet == 0
             ]
             hits += [(due, i, None) for due, i in self._lite.due_before(until)]
@@ -555,14 +555,14 @@ class MemoryStore(Store):
     def ready(self, *, limit: int, queues: Sequence[str] | None = None) -> list[Task]:
         with self._lock:  # O(limit): the index keeps READY tasks in this order
             tasks = self._tasks
-            return [tasks[i] for i in self._ready.first(limit, queues)]
+            return tasks.values_of(self._ready.first(limit, queues))
 
     def expired_leases(self, now: float, *, limit: int) -> list[Task]:
         with self._lock:
             tasks = self._tasks
             out = [
                 t
-                for t in (tasks[i] for i in self._by_state[_RUN])
+                for t in tasks.values_of(self._by_state[_RUN])
                 if t.lease_expires is not None and t.lease_expires < now
             ]
         out.sort(key=lambda t: t.lease_expires or 0.0)
@@ -591,11 +591,11 @@ class MemoryStore(Store):
             pool: list[Task]
             if schedule_id is not None and states is not None and not states & TERMINAL_STATES:
                 ids = self._active_by_schedule.get(schedule_id, {})
-                pool = [t for t in (self._tasks[i] for i in ids) if t.state in states]
+                pool = [t for t in self._tasks.values_of(ids) if t.state in states]
             elif states is None:
                 pool = list(self._tasks.values())
             else:
-                pool = [self._tasks[i] for s in states for i in self._by_state[s]]
+                pool = [t for s in states for t in self._tasks.values_of(self._by_state[s])]
             if schedule_id is None and (states is None or _P in states):
                 pool += self._lite.tasks()
         out = [t for t in pool if schedule_id is None or t.schedule_id == schedule_id]
@@ -716,7 +716,7 @@ class MemoryStore(Store):
         n = policy.histogram_buckets(horizon, bucket)
         counts = [0] * n
         with self._lock:
-            pending = [self._tasks[i].due for i in self._by_state[_P]]
+            pending = [t.due for t in self._tasks.values_of(self._pending)]
             pending += self._lite.dues()
         for d in pending:
             if now <= d < now + horizon:
@@ -728,7 +728,11 @@ class MemoryStore(Store):
     def recent_failures(self, limit: int = 10) -> list[Task]:
         """The last *limit* tasks that ended FAILED, TIMED_OUT or UPSTREAM_FAILED, newest first."""
         with self._lock:
-            out = [self._tasks[i] for s in policy.REPORTED_FAILURES for i in self._by_state[s]]
+            out = [
+                t
+                for s in policy.REPORTED_FAILURES
+                for t in self._tasks.values_of(self._by_state[s])
+            ]
         out.sort(key=lambda t: t.updated, reverse=True)
         return out[: max(limit, 0)]
 
@@ -808,7 +812,7 @@ class MemoryStore(Store):
         """Up to *limit* PENDING tasks with ``attempts > 0``, the soonest due first (kept as a
         set of ids as tasks enter and leave that condition)."""
         with self._lock:
-            found = [self._tasks[i] for i in self._retrying]
+            found = self._tasks.values_of(self._retrying)
         return heapq.nsmallest(max(limit, 0), found, key=lambda t: (t.due, t.id))
 
     def last_ended(self, schedule_id: str) -> Task | None:
