@@ -347,7 +347,7 @@ class MemoryStore(Store):
         with self._lock:
             if self._closed:
                 raise policy.closed(repr(self))
-            if task_id in self._tasks:
+            if task_id in self._tasks.shards[hash(task_id) & SHARD_MASK]:
                 raise policy.task_exists(task_id)
             self._lite.add(task_id, func, args, due, now)  # refuses an id it holds
 
