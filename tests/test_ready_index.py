@@ -22,6 +22,7 @@ from timewheel.stores.ready_index import Lane, ReadyIndex, SortedKeys
 from timewheel.task import Task, TaskState
 
 LOAD = ready_index.LOAD
+GROUP = ready_index.GROUP
 T0 = 1_800_000_000.0
 IDS = st.sampled_from([f"t{i}" for i in range(16)])
 QUEUES = ["default", "mail", "billing"]
@@ -63,12 +64,14 @@ class ReadyVersusScan(RuleBasedStateMachine):
                 new.discard(task_id)
         assert not new, f"became READY unnoticed: {new}"
 
-    @initialize(load=st.sampled_from([1, 2, 3, LOAD]))
-    def setup(self, load: int) -> None:
+    @initialize(load=st.sampled_from([1, 2, 3, LOAD]), group=st.sampled_from([1, 2, 3, GROUP]))
+    def setup(self, load: int, group: int) -> None:
         ready_index.LOAD = load
+        ready_index.GROUP = group  # a due time's tasks in dicts of this many
 
     def teardown(self) -> None:
         ready_index.LOAD = LOAD
+        ready_index.GROUP = GROUP
 
     def _get(self, task_id: str) -> Task | None:
         return self.store.find(task_id)
@@ -171,6 +174,10 @@ class ReadyVersusScan(RuleBasedStateMachine):
                 assert got == brute(self.store, self.entered, limit, queues), (limit, queues)
 
     @invariant()
+    def index_is_consistent(self) -> None:
+        self.store._ready.check()
+
+    @invariant()
     def oldest_ready_age_matches_a_scan(self) -> None:
         dues = [t.due for t in self.store.tasks(state=R)]
         age = self.store.oldest_ready_age(T0 + 10)
@@ -231,6 +238,34 @@ def test_removing_a_key_not_held_raises() -> None:
         lane.remove(T0, "b")
     with pytest.raises(KeyError):
         lane.remove(T0 + 1, "a")
+    lane.add(T0, "c", 1)  # two at one due time: its dicts are searched
+    with pytest.raises(KeyError):
+        lane.remove(T0, "b")
+
+
+def _group_sizes(lane: Lane, due: float) -> list[int]:
+    bucket = lane._by_due[due]
+    assert isinstance(bucket, list)
+    return [len(group) for group in bucket]
+
+
+def test_a_due_time_with_more_tasks_than_a_group_keeps_them_in_several_dicts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ready_index, "GROUP", 3)
+    index = ReadyIndex()
+    tasks = [Task(id=f"h{i}", func=noop, due=T0, state=R) for i in range(10)]
+    for t in tasks:
+        index.add(t)
+    index.check()
+    lane = index._lanes[0]["default"]
+    assert _group_sizes(lane, T0) == [3, 3, 3, 1]
+    assert index.first(7) == [t.id for t in tasks[:7]]
+    for t in (tasks[4], tasks[0], tasks[1], tasks[2], tasks[9]):  # empties the first dict, then one
+        index.discard(t)
+        index.check()
+    assert _group_sizes(lane, T0) == [2, 3]
+    assert index.first(10) == ["h3", "h5", "h6", "h7", "h8"]
 
 
 def test_a_herd_in_the_index_is_served_in_due_order_across_queues_and_priorities() -> None:

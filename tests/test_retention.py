@@ -415,8 +415,8 @@ def test_memory_store_maintain_rebuilds_its_large_tables_in_the_calling_thread()
     n = memory.REBUILD_MIN + 10
     finished_tasks(store, n, T0)
     store.insert_many([Task(id=f"p{i}", func=f"{__name__}:noop", due=T0 + 60) for i in range(5)])
-    tables, cancelled = store._tasks, store._by_state[TaskState.CANCELLED]
-    pending = store._by_state[TaskState.PENDING]
+    parts, cancelled = store._tasks.shards, store._by_state[TaskState.CANCELLED]
+    pending = store._pending.shards
     before = store.tasks()
     done = threading.Event()
 
@@ -428,10 +428,12 @@ def test_memory_store_maintain_rebuilds_its_large_tables_in_the_calling_thread()
     th.start()
     th.join()
     assert done.is_set()
-    # the large tables are new copies, the small one untouched; contents and order the same
-    assert store._tasks is not tables
+    # the large tables are new copies (the sharded task table part by part), the small one
+    # untouched; contents and order the same
+    assert all(new is not old for new, old in zip(store._tasks.shards, parts, strict=True))
     assert store._by_state[TaskState.CANCELLED] is not cancelled
-    assert store._by_state[TaskState.PENDING] is pending
+    assert store._pending.shards == pending
+    assert all(new is old for new, old in zip(store._pending.shards, pending, strict=True))
     assert list(store._by_state[TaskState.CANCELLED]) == list(cancelled)
     assert store.tasks() == before
     assert store.count_by_state() == {TaskState.CANCELLED: n, TaskState.PENDING: 5}
@@ -442,6 +444,27 @@ def test_memory_store_maintain_rebuilds_its_large_tables_in_the_calling_thread()
     assert "t3" in ids
 
 
+def test_memory_store_maintain_copies_a_bounded_share_per_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(memory, "REBUILD_MIN", 64)
+    monkeypatch.setattr(memory, "REBUILD_BUDGET", 300)
+    store = tw.MemoryStore()
+    store.insert_many([Task(id=f"p{i}", func=f"{__name__}:noop", due=T0 + 60) for i in range(800)])
+    before = store.tasks()
+    tasks, pending = list(store._tasks.shards), list(store._pending.shards)
+    store.maintain(T0)
+    copied = [new is not old for new, old in zip(store._tasks.shards, tasks, strict=True)]
+    assert 0 < sum(copied) < len(copied), "a share of the parts, not all of them"
+    assert sum(len(p) for p, c in zip(store._tasks.shards, copied, strict=True) if c) < 300 + 100
+    for _ in range(10):  # later calls go on where the last one stopped
+        store.maintain(T0)
+    assert all(new is not old for new, old in zip(store._tasks.shards, tasks, strict=True))
+    assert all(new is not old for new, old in zip(store._pending.shards, pending, strict=True))
+    assert store.tasks() == before
+    assert store.count_by_state() == {TaskState.PENDING: 800}
+
+
 def test_memory_store_maintain_is_called_by_retention_and_stops_at_close() -> None:
     store = tw.MemoryStore()
     assert isinstance(store, SupportsMaintenance)
@@ -449,6 +472,6 @@ def test_memory_store_maintain_is_called_by_retention_and_stops_at_close() -> No
     retention = Retention(store, 60.0, batch=10)
     assert id(retention.maintenance) == id(store)
     store.close()
-    tables = store._tasks
+    parts = store._tasks.shards
     store.maintain(T0)  # closed: nothing changes any more
-    assert store._tasks is tables
+    assert store._tasks.shards is parts

@@ -37,6 +37,7 @@ from hypothesis.stateful import (
 from timewheel.dispatch import InlineDispatcher, complete
 from timewheel.errors import InvalidTransitionError, VersionConflictError
 from timewheel.scheduler import Scheduler
+from timewheel.shards import ShardedDict
 from timewheel.stores.memory import MemoryStore
 from timewheel.task import TERMINAL_STATES, TRANSITIONS, Retry, Task, TaskState
 from timewheel.testing import FakeClock
@@ -67,16 +68,24 @@ def _noop() -> None:
     pass
 
 
-class _History(dict[str, Task]):
-    """A store's task table that records every snapshot written to it, in order."""
+class _LoggedPart(dict[str, Task]):
+    """A part of a store's task table that adds every snapshot written to it to *log*."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: list[Task]) -> None:
         super().__init__()
-        self.log: list[Task] = []
+        self.log = log
 
     def __setitem__(self, key: str, value: Task) -> None:
         self.log.append(value)
         super().__setitem__(key, value)
+
+
+class _History(ShardedDict[str, Task]):
+    """A store's task table that records every snapshot written to it, in order."""
+
+    def __init__(self) -> None:
+        self.log: list[Task] = []
+        super().__init__(make=lambda: _LoggedPart(self.log))
 
 
 class RecordingStore(MemoryStore):

@@ -22,6 +22,7 @@ from typing import Any
 from timewheel.errors import InvalidScheduleError
 from timewheel.plans import Herd
 from timewheel.rules import Misfire, RuleCache, rule_from_spec
+from timewheel.shards import SHARD_MASK, SHARDS, ShardedDict
 from timewheel.stores.base import Store
 from timewheel.task import TaskState, schedule_of
 
@@ -57,18 +58,21 @@ class PreparedHeads:
 
     Preparing a successor before its head fired would put a third live instance in the series,
     so it waits (:meth:`waits`). The two maps are checked against the table, not kept exact:
-    firing a herd then costs one dictionary operation per head. Thread-safe.
+    firing a herd then costs one dictionary operation per head. The three grow by a herd's size
+    while it pre-warms, so they are sharded (:mod:`timewheel.shards`): no slice grows a table of
+    100,000 entries in one go. Thread-safe.
     """
 
-    __slots__ = ("_early", "_heads", "_lock", "_table")
+    __slots__ = ("_clean_next", "_early", "_heads", "_lock", "_table")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # head id -> what was decided (an entry leaves when its head fires)
-        self._table: dict[str, PreparedHead] = {}
+        self._table: ShardedDict[str, PreparedHead] = ShardedDict()
         # per schedule, its last prepared head; per stored successor, the head it follows
-        self._heads: dict[str, str] = {}
-        self._early: dict[str, str] = {}
+        self._heads: ShardedDict[str, str] = ShardedDict()
+        self._early: ShardedDict[str, str] = ShardedDict()
+        self._clean_next = 0  # the part of _early the next clean-up looks at
 
     def __bool__(self) -> bool:
         return bool(self._table)
@@ -86,14 +90,14 @@ class PreparedHeads:
         whose policy lets one due slot run goes to *run* (its prepared version to *expected*);
         the other prepared heads are returned with their entry (their instant decides), and the
         ids never prepared are returned first (the full plan decides). Taken entries leave."""
-        table = self._table
-        if not table:
+        if not self._table:
             return list(ids), []
+        table = self._table.shards
         slow: list[str] = []
         asked: list[tuple[str, PreparedHead]] = []
         with self._lock:
             for tid in ids:
-                entry = table.pop(tid, None)
+                entry = table[hash(tid) & SHARD_MASK].pop(tid, None)
                 if entry is None:
                     slow.append(tid)
                 elif (
@@ -117,15 +121,25 @@ class PreparedHeads:
 
     def keep(self, entries: Sequence[tuple[str, PreparedHead]]) -> None:
         """Remember what was decided for the heads of *entries*."""
-        table, heads, early = self._table, self._heads, self._early
+        table, heads, early = self._table, self._heads.shards, self._early.shards
         with self._lock:
-            if len(early) > 2 * len(table) + 1_000:  # drop the entries of heads that fired
-                for gone in [follows for follows, head in early.items() if head not in table]:
-                    del early[gone]
+            if len(self._early) > 2 * len(table) + 1_000:
+                # drop the entries of heads that fired, a part per call: the first slice of the
+                # next herd would otherwise look at a whole herd's entries at once
+                part, parts = early[self._clean_next], table.shards
+                self._clean_next = (self._clean_next + 1) % SHARDS
+                for gone in [
+                    follows
+                    for follows, head in part.items()
+                    if head not in parts[hash(head) & SHARD_MASK]
+                ]:
+                    del part[gone]
+            parts = table.shards
             for tid, entry in entries:
-                table[tid] = entry
-                heads[entry.schedule_id] = tid
-                early[entry.successor] = tid
+                parts[hash(tid) & SHARD_MASK][tid] = entry
+                sid, successor = entry.schedule_id, entry.successor
+                heads[hash(sid) & SHARD_MASK][sid] = tid
+                early[hash(successor) & SHARD_MASK][successor] = tid
 
     def forget(self, ids: Sequence[str]) -> None:
         """Drop what was decided for heads *ids*."""

@@ -58,6 +58,7 @@ from timewheel.logs import task_extra, task_label
 from timewheel.plans import Herd, InstancePlanner
 from timewheel.ready import ReadyQueue
 from timewheel.retention import Retention
+from timewheel.shards import SHARD_MASK, ShardedDict
 from timewheel.stores import Promoted, SupportsPromoteKeys
 from timewheel.stores.base import Changed, Store, SupportsNotifications, SupportsPendingAmong
 from timewheel.task import Task, TaskState
@@ -254,8 +255,9 @@ class Trigger:
         self.waker: Waker | None = None
         #: when a real-time loop runs, a task placed already due is promoted by the placing thread
         self.promote_due_on_place = False
-        # recurring instances held (in the wheel, staged or being released) -> due
-        self._instances: dict[str, float] = {}
+        # recurring instances held (in the wheel, staged or being released) -> due (sharded: a
+        # herd's successors must not grow one large table in one slice, timewheel.shards)
+        self._instances: ShardedDict[str, float] = ShardedDict()
         # second -> the instance ids placed due in it (may name ids gone since: checked on use)
         self._by_second: dict[int, list[str]] = {}
         self._seconds: list[int] = []  # heap of the keys of _by_second, to drop passed ones
@@ -263,7 +265,7 @@ class Trigger:
         self._warming: dict[int, _Warming] = {}
         self._next_look = math.inf  # when a hot second comes within prewarm_ahead
         # prepared heads moved out of the wheel: id -> due, and a heap of (due, id) to release
-        self._staged: dict[str, float] = {}
+        self._staged: ShardedDict[str, float] = ShardedDict()
         # the staged ids by due time (a herd shares a few), and a heap of those due times
         self._staged_by_due: dict[float, deque[str]] = {}
         self._staged_heap: list[float] = []
@@ -582,12 +584,12 @@ class Trigger:
         *advance*, only once what it gave last is all taken)."""
         out: list[str] = []
         with self.lock:
-            heap, staged, by_due = self._staged_heap, self._staged, self._staged_by_due
+            heap, staged, by_due = self._staged_heap, self._staged.shards, self._staged_by_due
             while heap and heap[0] <= now and len(out) < room:
                 ids = by_due[heap[0]]
                 while ids and len(out) < room:
                     task_id = ids.popleft()
-                    if staged.pop(task_id, None) is not None:  # else unindexed meanwhile
+                    if staged[hash(task_id) & SHARD_MASK].pop(task_id, None) is not None:
                         out.append(task_id)
                 if not ids:
                     del by_due[heappop(heap)]
@@ -646,9 +648,10 @@ class Trigger:
         skipped: Sequence[tuple[Task, str]] = ()
         expected: Mapping[str, int] = {}
         instances = self._instances
-        if instances and not instances.keys().isdisjoint(ids):
+        if instances and not instances.isdisjoint(ids):
+            parts = instances.shards
             with self.lock:
-                fired = [i for i in ids if instances.pop(i, None) is not None]
+                fired = [i for i in ids if parts[hash(i) & SHARD_MASK].pop(i, None) is not None]
             plain = [i for i in ids if i not in fired] if len(fired) < len(ids) else []
             if self.planner is None:
                 ids = list(ids)
@@ -789,10 +792,10 @@ class Trigger:
     def _waiting(self, second: int, ids: Iterable[str]) -> list[str]:
         """Those of *ids* still waiting in the wheel due in *second* (lock held): the per-second
         lists may name ids fired, cancelled or placed again elsewhere since."""
-        instances, wheel, floor = self._instances, self.wheel, math.floor
+        instances, wheel, floor = self._instances.shards, self.wheel, math.floor
         out: list[str] = []
         for task_id in ids:
-            due = instances.get(task_id)
+            due = instances[hash(task_id) & SHARD_MASK].get(task_id)
             if due is not None and floor(due) == second and task_id in wheel:
                 out.append(task_id)
         return out
@@ -906,15 +909,16 @@ class Trigger:
         gone: list[str] = []
         with self.lock:
             instances, staged, by_due, wheel = (
-                self._instances,
-                self._staged,
+                self._instances.shards,
+                self._staged.shards,
                 self._staged_by_due,
                 self.wheel,
             )
             for task_id in prepared:
-                due = instances.get(task_id)
+                part = hash(task_id) & SHARD_MASK
+                due = instances[part].get(task_id)
                 if due is not None and wheel.cancel(task_id):
-                    staged[task_id] = due
+                    staged[part][task_id] = due
                     ids = by_due.get(due)
                     if ids is None:
                         ids = by_due[due] = deque()

@@ -14,6 +14,7 @@ from heapq import heapify, heappop, heappush
 from typing import Generic, TypeVar
 
 from timewheel.errors import DuplicateKeyError
+from timewheel.shards import SHARD_MASK, ShardedDict
 
 __all__ = ["TimingWheel", "WheelStatistics", "bucket_width"]
 
@@ -302,7 +303,8 @@ class TimingWheel(Generic[K]):
         self._tick_heap: list[int] = []
         self._overflow: dict[int, list[dict[K, float]]] = {}
         self._overflow_days: list[int] = []
-        self._index: dict[K, dict[K, float]] = {}
+        # key -> its slot (segment); sharded, so no add grows one large table (timewheel.shards)
+        self._index: ShardedDict[K, dict[K, float]] = ShardedDict()
         self._now = start
         self._current_tick = _floor(start * ticks_per_second)
         # per source level: the tick of its last partial drain
@@ -367,10 +369,10 @@ class TimingWheel(Generic[K]):
 
         Runtime complexity: O(1); O(log d) when it opens a new overflow day (d overflow days).
         """
-        index = self._index
-        if key in index:
+        part = self._index.shards[hash(key) & SHARD_MASK]
+        if key in part:
             raise DuplicateKeyError(
-                f"key {key!r} is already scheduled in the wheel (due {index[key][key]!r}); "
+                f"key {key!r} is already scheduled in the wheel (due {part[key][key]!r}); "
                 f"cancel() it first to reschedule"
             )
         if due.__class__ is not float:
@@ -405,7 +407,7 @@ class TimingWheel(Generic[K]):
                 segments = self._hour_ring[ring_index]
                 self._stale_levels |= _HOURS_STALE
             else:
-                self._add_far(key, due, tick)
+                self._add_far(key, due, tick, part)
                 return
             if segments:
                 slot = segments[-1]
@@ -414,7 +416,7 @@ class TimingWheel(Generic[K]):
             else:
                 slot = self._new_segment(level, ring_index, segments)
         slot[key] = due
-        index[key] = slot
+        part[key] = slot
 
     def add_many(self, keys: Sequence[K], dues: Sequence[float]) -> None:
         """:meth:`add` each key of *keys* at the due time in the same position of *dues*, raising
@@ -425,7 +427,7 @@ class TimingWheel(Generic[K]):
         segment.
         """
         n = len(keys)
-        index, add, tps = self._index, self.add, self._ticks_per_second
+        index, add, tps = self._index.shards, self.add, self._ticks_per_second
         first = dues[0] if n else 0.0
         if n > 1 and dues.count(first) != n:  # keys of one second come together
             order: Sequence[int]
@@ -438,20 +440,21 @@ class TimingWheel(Generic[K]):
         slot: dict[K, float] = {}
         second_end = -1  # the tick after the second of `slot` (dues ascend from here on)
         for key, due in zip(keys, dues, strict=True):
-            if due.__class__ is float and -big < due < big and key not in index:
+            part = index[hash(key) & SHARD_MASK]
+            if due.__class__ is float and -big < due < big and key not in part:
                 tick = floor(due * tps)
                 if tick < second_end and len(slot) < SEGMENT:
                     slot[key] = due
-                    index[key] = slot
+                    part[key] = slot
                     continue
                 add(key, due)
                 if tick >= above_ticks:
-                    slot, second_end = index[key], (tick // tps + 1) * tps
+                    slot, second_end = part[key], (tick // tps + 1) * tps
                 continue
             add(key, due)
 
-    def _add_far(self, key: K, due: float, tick: int) -> None:
-        """``add`` for the day ring and the overflow."""
+    def _add_far(self, key: K, due: float, tick: int, part: dict[K, dict[K, float]]) -> None:
+        """``add`` for the day ring and the overflow (*part*: the index's part for *key*)."""
         day = tick // self._slot_ticks[LEVEL_DAYS]
         if tick < self._day_ring_end_tick:
             level = LEVEL_DAYS
@@ -466,7 +469,7 @@ class TimingWheel(Generic[K]):
         # not None when `full` is false
         slot = self._new_segment(level, place, segments) if full else segments[-1]  # type: ignore[index]
         slot[key] = due
-        self._index[key] = slot
+        part[key] = slot
 
     def _new_segment(
         self, level: int, place: int, segments: list[dict[K, float]] | None
@@ -495,7 +498,8 @@ class TimingWheel(Generic[K]):
         The entry is freed at once (no tombstone). Runtime complexity: O(1) (O(d) for the d
         overflow days when it empties one).
         """
-        slot = self._index.pop(key, None)  # type: ignore[arg-type]  # any object may be asked
+        # any object may be asked
+        slot = self._index.shards[hash(key) & SHARD_MASK].pop(key, None)  # type: ignore[arg-type]
         if slot is None:
             return False
         del slot[key]  # type: ignore[arg-type]  # present: the index said so
@@ -684,7 +688,7 @@ class TimingWheel(Generic[K]):
         """Move whole segments, oldest first, of slot ``place`` of ``level`` one level down,
         until at least ``count`` entries moved or the slot is empty."""
         target = level - 1
-        index = self._index
+        index = self._index.shards
         segment_slot = self._segment_slot
         ticks_per_second = self._ticks_per_second
         moved = 0
@@ -702,7 +706,7 @@ class TimingWheel(Generic[K]):
                     if not slot:
                         fresh.append(tick)
                     slot[key] = due
-                    index[key] = slot
+                    index[hash(key) & SHARD_MASK][key] = slot
                 if fresh:
                     heap = self._tick_heap
                     heap += fresh
@@ -719,7 +723,7 @@ class TimingWheel(Generic[K]):
                     else:
                         slot = self._new_segment(target, target_place, target_segments)
                     slot[key] = due
-                    index[key] = slot
+                    index[hash(key) & SHARD_MASK][key] = slot
             segment.clear()
         self._cascaded += moved
         self._stale_levels |= (1 << level) | (1 << target)
@@ -779,7 +783,7 @@ class TimingWheel(Generic[K]):
         heap = self._tick_heap
         ring = self._tick_ring
         ring_size = self._tick_slots
-        index = self._index
+        index = self._index.shards
         tick_now = _floor(now * self._ticks_per_second)
         fired = 0
         while heap and heap[0] <= last:
@@ -793,12 +797,12 @@ class TimingWheel(Generic[K]):
                 if len(slot) == 1:  # the common case: no sort, no list
                     for key in slot:
                         out.append(key)
-                        del index[key]
+                        del index[hash(key) & SHARD_MASK][key]
                     fired += 1
                 else:
                     keys = sorted(slot, key=slot.__getitem__)
                     for key in keys:
-                        del index[key]
+                        del index[hash(key) & SHARD_MASK][key]
                     out.extend(keys)
                     fired += len(keys)
                 slot.clear()
@@ -810,7 +814,7 @@ class TimingWheel(Generic[K]):
                     ready.sort(key=slot.__getitem__)
                 for key in ready:
                     del slot[key]
-                    del index[key]
+                    del index[hash(key) & SHARD_MASK][key]
                 out.extend(ready)
                 fired += len(ready)
                 if not slot:

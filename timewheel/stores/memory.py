@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, MutableMapping, Sequence
 from typing import Any
 
+from timewheel.shards import SHARD_MASK, ShardedDict
 from timewheel.stores import policy
 from timewheel.stores.base import Changed, Finish, NewTasks, OnConflict, Store
 from timewheel.stores.compact import CompactRecords
@@ -32,9 +34,13 @@ _R = TaskState.READY
 _RUN = TaskState.RUNNING
 _PRUNE_BATCH = 1000  # deletions per hold of the lock in prune()
 # maintain() rebuilds the tables of this many entries or more (smaller ones are small blocks that
-# the allocator reuses anywhere) and of at most this many (a copy holds the lock ~20 ns an entry)
+# the allocator reuses anywhere) and of at most this many (a copy holds the lock ~20 ns an entry);
+# a sharded table is rebuilt part by part, and one call copies about REBUILD_BUDGET entries at
+# most (the next call goes on where it stopped), so that no call holds the lock much over a few
+# milliseconds whatever the store's size
 REBUILD_MIN = 4096
 REBUILD_MAX = 250_000
+REBUILD_BUDGET = 60_000
 
 
 def _let_others_in() -> None:
@@ -62,6 +68,10 @@ class MemoryStore(Store):
     snapshot. Reads see an ordinary Task built on the fly; the first change (promotion to READY,
     cancellation, replacement) stores the full snapshot.
 
+    The task table and the PENDING and READY id tables are split 16 ways by the id's hash
+    (:class:`~timewheel.shards.ShardedDict`): a herd adds 100,000 tasks to them within minutes,
+    and a plain dict would grow by moving all its entries in one insertion.
+
     Maintenance (:meth:`maintain`, which a scheduler's retention calls from its trigger) rebuilds
     the large tables, so that their memory comes from one thread's allocator.
 
@@ -76,9 +86,17 @@ class MemoryStore(Store):
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._tasks: dict[str, Task] = {}
+        # The tables that grow by a herd's size in the minutes before it (its successors stored
+        # ahead, then its heads made READY) are sharded, so that no insertion grows a table of
+        # 100,000s of entries in one go (timewheel.shards); the other states keep the order their
+        # tasks entered them in one dict (retention and the ended queries read that order).
+        self._tasks: ShardedDict[str, Task] = ShardedDict()
         self._lite = CompactRecords()  # fresh PENDING tasks with default options
-        self._by_state: dict[TaskState, dict[str, None]] = {s: {} for s in TaskState}
+        self._pending: ShardedDict[str, None] = ShardedDict()
+        self._ready_ids: ShardedDict[str, None] = ShardedDict()
+        self._by_state: dict[TaskState, MutableMapping[str, None]] = {s: {} for s in TaskState}
+        self._by_state[_P] = self._pending
+        self._by_state[_R] = self._ready_ids
         self._ready = ReadyIndex()  # the READY tasks in the order ready() returns them
         self._dependents: dict[str, list[str]] = {}
         # upstream id -> ids of the tasks naming it in ``after``, kept after it settled them
@@ -93,6 +111,7 @@ class MemoryStore(Store):
         # queue -> state -> tasks, for the queues other than the default one; the default queue
         # (every compact record's) holds the rest of each state's tasks
         self._queued: dict[str, dict[TaskState, int]] = {}
+        self._rebuild_next = 0  # where the next maintain() goes on (see _rebuild_units)
         self._closed = False
 
     # -- internals -----------------------------------------------------------------------------
@@ -108,8 +127,9 @@ class MemoryStore(Store):
             self._retrying[new.id] = None
         elif old is not None and old.attempts and old.state is _P:
             self._retrying.pop(old.id, None)
-        self._by_state[new.state][new.id] = None
-        self._tasks[new.id] = new
+        tid = new.id
+        self._by_state[new.state][tid] = None
+        self._tasks.shards[hash(tid) & SHARD_MASK][tid] = new
         if new.queue != DEFAULT_QUEUE or (old is not None and old.queue != DEFAULT_QUEUE):
             self._count_queue(old, -1)
             self._count_queue(new, 1)
@@ -130,9 +150,10 @@ class MemoryStore(Store):
         the READY *new* of the same id and queue: the task stays active for its schedule (no
         change there) and only the state indexes, READY index and queue counts move."""
         tid = new.id
-        del self._by_state[_P][tid]
-        self._by_state[_R][tid] = None
-        self._tasks[tid] = new
+        part = hash(tid) & SHARD_MASK
+        del self._pending.shards[part][tid]
+        self._ready_ids.shards[part][tid] = None
+        self._tasks.shards[part][tid] = new
         self._ready.add(new)
         if old.attempts:
             self._retrying.pop(tid, None)
@@ -152,6 +173,12 @@ class MemoryStore(Store):
             del by_state[task.state]
             if not by_state:
                 del self._queued[task.queue]
+
+    def _entered(self, state: TaskState) -> dict[str, None]:
+        """The ids of a state other than PENDING and READY, in the order they entered it."""
+        ids = self._by_state[state]
+        assert isinstance(ids, dict), f"{state} is kept in order"
+        return ids
 
     def _writable(self) -> None:
         if self._closed:
@@ -293,7 +320,7 @@ class MemoryStore(Store):
         with self._lock:
             self._writable()
             tasks = self._tasks
-            if not tasks.keys().isdisjoint(batch.ids):
+            if not tasks.isdisjoint(batch.ids):
                 raise policy.task_exists(next(i for i in batch.ids if i in tasks))
             if compact:
                 self._lite.add_many(batch.ids, batch.funcs, batch.args, batch.dues, t.created)
@@ -320,7 +347,7 @@ class MemoryStore(Store):
         with self._lock:
             if self._closed:
                 raise policy.closed(repr(self))
-            if task_id in self._tasks:
+            if task_id in self._tasks.shards[hash(task_id) & SHARD_MASK]:
                 raise policy.task_exists(task_id)
             self._lite.add(task_id, func, args, due, now)  # refuses an id it holds
 
@@ -362,7 +389,7 @@ class MemoryStore(Store):
         return t
 
     def find(self, task_id: str) -> Task | None:
-        t = self._tasks.get(task_id)  # unlocked: one atomic read in the common case
+        t = self._tasks.shards[hash(task_id) & SHARD_MASK].get(task_id)  # unlocked: one read
         if t is None and self._lite:
             with self._lock:  # it may be moving from the compact records right now
                 return self._peek(task_id)
@@ -391,10 +418,10 @@ class MemoryStore(Store):
         moved: list[Task] = []
         with self._lock:
             self._writable()
-            tasks = self._tasks
+            parts = self._tasks.shards
             lite = self._lite
             for tid in task_ids:
-                t = tasks.get(tid)
+                t = parts[hash(tid) & SHARD_MASK].get(tid)
                 if t is None:
                     # straight from the compact record to READY, if it is due
                     t = lite.pop(tid, _R, 1, now, due_by=now)
@@ -408,7 +435,7 @@ class MemoryStore(Store):
                 self._put_promoted(t, new)
                 moved.append(new)
             for s in successors:
-                if s.id not in tasks and s.id not in lite:
+                if s.id not in parts[hash(s.id) & SHARD_MASK] and s.id not in lite:
                     self._put(None, policy.as_inserted(s))
         return moved
 
@@ -420,7 +447,8 @@ class MemoryStore(Store):
         # The lock is held for the swap alone, so worker threads rarely queue on it.
         if self._closed:
             raise policy.closed(repr(self))
-        t = self._tasks.get(task_id)
+        tasks, part = self._tasks, hash(task_id) & SHARD_MASK
+        t = tasks.shards[part].get(task_id)
         if t is None or t.version != expected_version or t.state is not _R:
             return None
         new = t.evolve(
@@ -433,7 +461,7 @@ class MemoryStore(Store):
             updated=now,
         )
         with self._lock:
-            if self._tasks.get(task_id) is not t:
+            if tasks.shards[part].get(task_id) is not t:
                 return None  # changed meanwhile: its version is no longer the expected one
             self._put(t, new)
         return new
@@ -478,8 +506,9 @@ class MemoryStore(Store):
     ) -> Changed | None:
         if self._closed:
             raise policy.closed(repr(self))
+        tasks, part = self._tasks, hash(task_id) & SHARD_MASK
         while True:  # optimistic, as in claim(); a heartbeat in between means one more pass
-            t = self._tasks.get(task_id)
+            t = tasks.shards[part].get(task_id)
             if t is None or t.state is not _RUN or t.lease_owner != owner:
                 return None
             check_transition(task_id, t.state, state)
@@ -492,7 +521,7 @@ class MemoryStore(Store):
                 **changes,
             )
             with self._lock:
-                if self._tasks.get(task_id) is not t:
+                if tasks.shards[part].get(task_id) is not t:
                     continue
                 self._put(t, new)
                 deps = self._settle(new, now) if state in TERMINAL_STATES else ()
@@ -516,7 +545,7 @@ class MemoryStore(Store):
             tasks = self._tasks
             hits: list[tuple[float, str, str | None]] = [
                 (t.due, t.id, t.schedule_id)
-                for t in (tasks[i] for i in self._by_state[_P])
+                for t in tasks.values_of(self._pending)
                 if t.due < until and t.unmet == 0
             ]
             hits += [(due, i, None) for due, i in self._lite.due_before(until)]
@@ -526,14 +555,14 @@ class MemoryStore(Store):
     def ready(self, *, limit: int, queues: Sequence[str] | None = None) -> list[Task]:
         with self._lock:  # O(limit): the index keeps READY tasks in this order
             tasks = self._tasks
-            return [tasks[i] for i in self._ready.first(limit, queues)]
+            return tasks.values_of(self._ready.first(limit, queues))
 
     def expired_leases(self, now: float, *, limit: int) -> list[Task]:
         with self._lock:
             tasks = self._tasks
             out = [
                 t
-                for t in (tasks[i] for i in self._by_state[_RUN])
+                for t in tasks.values_of(self._by_state[_RUN])
                 if t.lease_expires is not None and t.lease_expires < now
             ]
         out.sort(key=lambda t: t.lease_expires or 0.0)
@@ -562,11 +591,11 @@ class MemoryStore(Store):
             pool: list[Task]
             if schedule_id is not None and states is not None and not states & TERMINAL_STATES:
                 ids = self._active_by_schedule.get(schedule_id, {})
-                pool = [t for t in (self._tasks[i] for i in ids) if t.state in states]
+                pool = [t for t in self._tasks.values_of(ids) if t.state in states]
             elif states is None:
                 pool = list(self._tasks.values())
             else:
-                pool = [self._tasks[i] for s in states for i in self._by_state[s]]
+                pool = [t for s in states for t in self._tasks.values_of(self._by_state[s])]
             if schedule_id is None and (states is None or _P in states):
                 pool += self._lite.tasks()
         out = [t for t in pool if schedule_id is None or t.schedule_id == schedule_id]
@@ -613,7 +642,8 @@ class MemoryStore(Store):
         Without *limit*, the lock is held to copy the candidates' ids, then for batches of at
         most ``_PRUNE_BATCH`` deletions, so other threads keep going while a large store is
         pruned. With *limit*, one hold of the lock looks at no more than ``limit + len(keep)``
-        tasks per state, in the order they entered it, and deletes at most *limit*.
+        tasks per state, in the order they entered it (PENDING and READY, whose tables are
+        sharded: in that order within each part), and deletes at most *limit*.
         Tasks whose id is in *keep* stay.
         """
         sts = TERMINAL_STATES if states is None else frozenset(states)
@@ -686,7 +716,7 @@ class MemoryStore(Store):
         n = policy.histogram_buckets(horizon, bucket)
         counts = [0] * n
         with self._lock:
-            pending = [self._tasks[i].due for i in self._by_state[_P]]
+            pending = [t.due for t in self._tasks.values_of(self._pending)]
             pending += self._lite.dues()
         for d in pending:
             if now <= d < now + horizon:
@@ -698,7 +728,11 @@ class MemoryStore(Store):
     def recent_failures(self, limit: int = 10) -> list[Task]:
         """The last *limit* tasks that ended FAILED, TIMED_OUT or UPSTREAM_FAILED, newest first."""
         with self._lock:
-            out = [self._tasks[i] for s in policy.REPORTED_FAILURES for i in self._by_state[s]]
+            out = [
+                t
+                for s in policy.REPORTED_FAILURES
+                for t in self._tasks.values_of(self._by_state[s])
+            ]
         out.sort(key=lambda t: t.updated, reverse=True)
         return out[: max(limit, 0)]
 
@@ -712,7 +746,7 @@ class MemoryStore(Store):
         end = since + horizon
         with self._lock:
             for s in policy.ENDED_STATES:
-                for i in reversed(self._by_state[s]):
+                for i in reversed(self._entered(s)):
                     u = self._tasks[i].updated
                     if u < since:
                         break
@@ -729,7 +763,7 @@ class MemoryStore(Store):
         out: list[tuple[TaskState, float, float | None, float]] = []
         with self._lock:
             for s in policy.ENDED_STATES:
-                for n, i in enumerate(reversed(self._by_state[s])):
+                for n, i in enumerate(reversed(self._entered(s))):
                     t = self._tasks[i]
                     if t.updated < since or n >= limit:
                         break
@@ -778,7 +812,7 @@ class MemoryStore(Store):
         """Up to *limit* PENDING tasks with ``attempts > 0``, the soonest due first (kept as a
         set of ids as tasks enter and leave that condition)."""
         with self._lock:
-            found = [self._tasks[i] for i in self._retrying]
+            found = self._tasks.values_of(self._retrying)
         return heapq.nsmallest(max(limit, 0), found, key=lambda t: (t.due, t.id))
 
     def last_ended(self, schedule_id: str) -> Task | None:
@@ -884,9 +918,8 @@ class MemoryStore(Store):
             return True
 
     def maintain(self, now: float) -> None:
-        """Rebuild the task table and the per-state id tables of :data:`REBUILD_MIN` to
-        :data:`REBUILD_MAX` entries as fresh copies, in the calling thread (the scheduler's
-        trigger). *now* is unused.
+        """Rebuild the large tables as fresh copies, in the calling thread (the scheduler's
+        trigger), a bounded share per call. *now* is unused.
 
         A dict whose keys come and go (tasks inserted, finished, pruned) is rebuilt by CPython
         every so many insertions, in whichever thread inserts: finished tasks enter their
@@ -895,17 +928,46 @@ class MemoryStore(Store):
         some point, and kept the space (RSS grew ~19 bytes per task over the second quarter
         hour of a soak, ``docs/benchmarks.md``). Rebuilt here, the tables come from the
         trigger's arena, and between two passes the workers' insertions mostly fit in the
-        room a copy leaves. Holds the store's lock for the copies: about 1 ms per 50,000
-        entries.
+        room a copy leaves.
+
+        What is rebuilt: the task table and the PENDING and READY id tables part by part (they
+        are sharded, :mod:`timewheel.shards`) once they hold :data:`REBUILD_MIN` entries, and
+        the other states' id tables of :data:`REBUILD_MIN` to :data:`REBUILD_MAX` entries. One
+        call copies whole tables or parts until about :data:`REBUILD_BUDGET` entries are copied
+        (the lock is held for the copies: about 1 ms per 20,000 entries), and the next call
+        goes on from there.
         """
         with self._lock:
             if self._closed:
                 return
-            if REBUILD_MIN <= len(self._tasks) <= REBUILD_MAX:
-                self._tasks = dict(self._tasks)
-            for state, ids in self._by_state.items():
-                if REBUILD_MIN <= len(ids) <= REBUILD_MAX:
-                    self._by_state[state] = dict(ids)
+            units = self._rebuild_units()
+            start = self._rebuild_next % len(units)
+            copied = 0
+            for k in range(len(units)):
+                if copied >= REBUILD_BUDGET:
+                    self._rebuild_next = (start + k) % len(units)
+                    return
+                copied += units[(start + k) % len(units)]()
+            self._rebuild_next = start
+
+    def _rebuild_units(self) -> list[Callable[[], int]]:
+        """What :meth:`maintain` rebuilds, in its order: each unit copies one part or table if
+        it is large enough and returns the entries it copied (0 when it left it alone)."""
+        units: list[Callable[[], int]] = []
+        for table in (self._tasks, self._pending, self._ready_ids):
+            for index in range(len(table.shards)):
+                units.append(functools.partial(_rebuild_part, table, index))
+        for state in TaskState:
+            if state not in (_P, _R):
+                units.append(functools.partial(self._rebuild_state, state))
+        return units
+
+    def _rebuild_state(self, state: TaskState) -> int:
+        ids = self._by_state[state]
+        if not REBUILD_MIN <= len(ids) <= REBUILD_MAX:
+            return 0
+        self._by_state[state] = dict(ids)
+        return len(ids)
 
     def close(self) -> None:
         """Refuse further changes (idempotent); what the store holds stays readable."""
@@ -921,6 +983,14 @@ class MemoryStore(Store):
     def state_counts(self) -> Counter[TaskState]:
         """Counts by state as a ``Counter`` (a convenience over :meth:`count_by_state`)."""
         return Counter(self.count_by_state())
+
+
+def _rebuild_part(table: ShardedDict[str, Any], index: int) -> int:
+    """Rebuild part *index* of *table* when the table holds :data:`REBUILD_MIN` entries."""
+    if len(table) < REBUILD_MIN:
+        return 0
+    table.rebuild(index)
+    return len(table.shards[index])
 
 
 def _due_and_id(hit: tuple[float, str, str | None]) -> tuple[float, str]:

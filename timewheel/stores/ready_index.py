@@ -11,9 +11,11 @@ Lanes by priority, then by queue (``ready(queues=...)`` reads only the lanes it 
 one priority are merged by due time and entry number). A lane keeps its distinct due times
 sorted, in chunks of at most ``2 * LOAD`` (a sorted list of sorted lists: an insert or removal
 moves at most a chunk, and a due time later than the others, the usual case, is appended), and
-for each due time its tasks' ids in the order they became READY (a herd, 100,000 tasks due at
-one instant, is one dict). Each task carries an entry number, a global counter, which orders
-ties across lanes.
+for each due time its tasks' ids in the order they became READY, in dicts of at most
+:data:`GROUP` ids (a herd, 100,000 tasks due at one instant, is a list of 25 dicts, filled one
+after the other: no insertion grows a table of 100,000 ids in one go, which costs a CPython dict
+several milliseconds). Each task carries an entry number, a global counter, which orders ties
+across lanes.
 
 Per READY task: a dict entry (id to entry number) and the entry number's int; a task alone at
 its due time is a 2-tuple instead, plus the due time's place in the lane. Not thread-safe: the
@@ -29,10 +31,12 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from timewheel.task import Task
 
-__all__ = ["LOAD", "Lane", "ReadyIndex", "SortedKeys"]
+__all__ = ["GROUP", "LOAD", "Lane", "ReadyIndex", "SortedKeys"]
 
 #: half the largest chunk of a lane
 LOAD = 512
+#: the most ids one dict of a due time's tasks holds (the next ones start a new dict)
+GROUP = 4096
 
 Key = float
 
@@ -123,8 +127,9 @@ class SortedKeys:
         assert self._maxes == [c[-1] for c in self._chunks], "maxes"
 
 
-#: a due time's READY tasks in a lane: ``(id, entry number)`` for one, else ``{id: entry number}``
-Bucket = tuple[str, int] | dict[str, int]
+#: a due time's READY tasks in a lane: ``(id, entry number)`` for one, else dicts ``{id: entry
+#: number}`` of at most :data:`GROUP` ids each, in the order the tasks became READY
+Bucket = tuple[str, int] | list[dict[str, int]]
 
 
 class Lane:
@@ -133,7 +138,9 @@ class Lane:
 
     A task becoming READY at a due time already held (a herd) is one dict insertion; one at a
     new due time, the usual latest, an append. Each task carries its entry number, which orders
-    ties across lanes."""
+    ties across lanes. Taking a task out of a due time's dicts looks for it from the first one:
+    workers take the oldest first, so it is there but for cancellations (at most
+    ``tasks / GROUP`` dict lookups)."""
 
     __slots__ = ("_by_due", "_dues", "size")
 
@@ -149,10 +156,10 @@ class Lane:
         if bucket is None:
             by_due[due] = (task_id, entry)
             self._dues.add(due)
-        elif isinstance(bucket, tuple):
-            by_due[due] = {bucket[0]: bucket[1], task_id: entry}
         else:
-            bucket[task_id] = entry
+            if isinstance(bucket, tuple):
+                bucket = by_due[due] = [{bucket[0]: bucket[1]}]
+            _append(bucket, task_id, entry)
         self.size += 1
 
     def remove(self, due: float, task_id: str) -> None:
@@ -165,7 +172,14 @@ class Lane:
             del by_due[due]
             self._dues.remove(due)
         else:
-            del bucket[task_id]
+            for k, group in enumerate(bucket):
+                if task_id in group:
+                    del group[task_id]
+                    if not group:
+                        del bucket[k]
+                    break
+            else:
+                raise KeyError(task_id)
             if not bucket:
                 del by_due[due]
                 self._dues.remove(due)
@@ -182,10 +196,14 @@ class Lane:
             bucket = by_due[due]
             if isinstance(bucket, tuple):
                 out.append(bucket[0])
-            elif len(bucket) <= room:
-                out += bucket
-            else:
-                out += itertools.islice(bucket, room)
+                continue
+            for group in bucket:
+                if len(group) <= room:
+                    out += group
+                    room -= len(group)
+                else:
+                    out += itertools.islice(group, room)
+                    break
         return out
 
     def entries(self) -> Iterator[tuple[float, int, str]]:
@@ -196,8 +214,9 @@ class Lane:
             if isinstance(bucket, tuple):
                 yield due, bucket[1], bucket[0]
             else:
-                for task_id, entry in bucket.items():
-                    yield due, entry, task_id
+                for group in bucket:
+                    for task_id, entry in group.items():
+                        yield due, entry, task_id
 
     def earliest(self) -> float | None:
         """The earliest due time held, or ``None``."""
@@ -213,7 +232,19 @@ class Lane:
         for bucket in self._by_due.values():
             assert bucket, "an empty due time"
             if not isinstance(bucket, tuple):
-                assert list(bucket.values()) == sorted(bucket.values()), "entry order"
+                assert all(bucket), "an empty group"
+                assert all(len(group) <= GROUP for group in bucket), "a group too large"
+                entries = [entry for group in bucket for entry in group.values()]
+                assert entries == sorted(entries), "entry order"
+
+
+def _append(bucket: list[dict[str, int]], task_id: str, entry: int) -> None:
+    """Add *task_id* to the last dict of a due time's tasks, or a new one when it is full."""
+    last = bucket[-1]
+    if len(last) < GROUP:
+        last[task_id] = entry
+    else:
+        bucket.append({task_id: entry})
 
 
 class ReadyIndex:
@@ -244,8 +275,12 @@ class ReadyIndex:
         if lane is None:
             lane = lanes[task.queue] = Lane()
         bucket = lane._by_due.get(task.due)
-        if bucket.__class__ is dict:  # a due time with tasks already (a herd): one insertion
-            bucket[task.id] = next(self._entries)
+        if bucket.__class__ is list:  # a due time with tasks already (a herd): one insertion
+            last = bucket[-1]
+            if len(last) < GROUP:
+                last[task.id] = next(self._entries)
+            else:
+                bucket.append({task.id: next(self._entries)})
             lane.size += 1
         else:
             lane.add(task.due, task.id, next(self._entries))
