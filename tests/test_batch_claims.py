@@ -140,7 +140,8 @@ def test_a_batched_task_times_out_from_its_start_not_from_its_claim(
     first = sched.schedule(hold, GUARD, delay=0, priority=1)  # first in the batch, no timeout
     rest = [sched.schedule(record, str(out), i, delay=0, timeout=1.0) for i in range(5)]
     with sched:
-        wait_for(lambda: first.state is TaskState.RUNNING, "the first task to start")
+        # the claim's count is recorded after the store marked the batch RUNNING
+        wait_for(lambda: bool(claims) and first.state is TaskState.RUNNING, "the first start")
         assert claims[0] == 6, "one claim took the whole batch"
         time.sleep(2.0)  # the rest wait behind it for longer than their timeout
         gate.set()
