@@ -652,7 +652,11 @@ class Trigger:
             parts = instances.shards
             with self.lock:
                 fired = [i for i in ids if parts[hash(i) & SHARD_MASK].pop(i, None) is not None]
-            plain = [i for i in ids if i not in fired] if len(fired) < len(ids) else []
+            if len(fired) < len(ids):
+                fired_set = set(fired)
+                plain = [i for i in ids if i not in fired_set]
+            else:
+                plain = []
             if self.planner is None:
                 ids = list(ids)
             else:
