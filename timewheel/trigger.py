@@ -652,11 +652,8 @@ class Trigger:
             parts = instances.shards
             with self.lock:
                 fired = [i for i in ids if parts[hash(i) & SHARD_MASK].pop(i, None) is not None]
-            if len(fired) < len(ids):
-                fired_set = set(fired)
-                plain = [i for i in ids if i not in fired_set]
-            else:
-                plain = []
+            fired_set = set(fired) if len(fired) < len(ids) else None
+            plain = [i for i in ids if i not in fired_set] if fired_set is not None else []
             if self.planner is None:
                 ids = list(ids)
             else:
@@ -774,9 +771,8 @@ class Trigger:
                 if t is not None and t.state is _P and t.unmet == 0
             ]
         if waiting:
-            # back in the wheel, never promoted from here: a store comparing on its server's
-            # clock refuses a task that clock does not find due yet, and the loop's next step
-            # tries again
+            # back in the wheel, never promoted from here: a store on its server's clock
+            # refuses a task not yet due by that clock, and the loop's next step tries again
             self._load(waiting)
             if self.waker is not None:
                 self.waker.wake(min(due for _, due, _ in waiting))
