@@ -737,6 +737,18 @@ class Trigger:
         else:
             self._wake_for_backlog()
 
+    def inserted_ready(self, tasks: Sequence[Task] = ()) -> None:
+        """A durable store stored new work READY, already due (see
+        :func:`~timewheel.stores.policy.ready_at_insert`): it never enters the wheel. While the
+        trigger runs, *tasks* (their snapshots) are queued as a promotion's are; without them,
+        or before :meth:`start`, the work waits READY in the store for the next refill of the
+        ready queue (the loop is woken for it)."""
+        if tasks and self.active:
+            self.enqueue(tasks)
+            return
+        self._to_backlog()
+        self._wake_for_backlog()
+
     def _skip(self, task: Task, why: str, now: float) -> None:
         try:
             changed = self.store.transition(
