@@ -47,14 +47,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from heapq import heappop, heappush
 from typing import Protocol
 
 from timewheel.clock import Clock
 from timewheel.collector import CollectorHold
 from timewheel.errors import DuplicateKeyError, VersionConflictError
-from timewheel.logs import task_extra, task_label
+from timewheel.logs import task_extra, task_label, utc_text
 from timewheel.plans import Herd, InstancePlanner
 from timewheel.ready import ReadyQueue
 from timewheel.retention import Retention
@@ -738,16 +737,13 @@ class Trigger:
             self._wake_for_backlog()
 
     def inserted_ready(self, tasks: Sequence[Task] = ()) -> None:
-        """A durable store stored new work READY, already due (see
-        :func:`~timewheel.stores.policy.ready_at_insert`): it never enters the wheel. While the
-        trigger runs, *tasks* (their snapshots) are queued as a promotion's are; without them,
-        or before :meth:`start`, the work waits READY in the store for the next refill of the
-        ready queue (the loop is woken for it)."""
+        """New work a durable store stored READY, already due: queued as a promotion's while
+        the trigger runs, else (or without *tasks*) left READY for the next refill."""
         if tasks and self.active:
             self.enqueue(tasks)
-            return
-        self._to_backlog()
-        self._wake_for_backlog()
+        else:
+            self._to_backlog()
+            self._wake_for_backlog()
 
     def _skip(self, task: Task, why: str, now: float) -> None:
         try:
@@ -835,7 +831,7 @@ class Trigger:
             log.info(
                 "herd: %d recurring instances due in the second from %s; pre-warming them",
                 warming.count,
-                _utc(warming.second),
+                utc_text(warming.second),
             )
 
     def _prewarm(self, now: float) -> None:
@@ -870,7 +866,7 @@ class Trigger:
             log.info(
                 "herd at %s: %d of %d instances prepared (%d successors stored) in %d slices, "
                 "%.3f s of trigger work, the longest slice %.1f ms",
-                _utc(warming.second),
+                utc_text(warming.second),
                 warming.prepared,
                 warming.count,
                 warming.successors,
@@ -1105,8 +1101,3 @@ class Trigger:
     def _on_ready_low(self) -> None:
         if self.backlog and self.waker is not None:
             self.waker.wake(None)
-
-
-def _utc(second: float) -> str:
-    """An instant as ISO 8601 UTC text, for log messages."""
-    return datetime.fromtimestamp(second, timezone.utc).isoformat().replace("+00:00", "Z")
