@@ -241,3 +241,30 @@ def test_a_delay_queue_takes_an_item_stored_ready(durable: Callable[[], Store]) 
     clock.advance(5)
     assert q.get(timeout=0) == "later"
     q.shutdown()
+
+
+def test_a_refill_reads_a_page_of_a_durable_stores_ready_work(tmp_path: Any) -> None:
+    from timewheel.ready import ReadyQueue
+    from timewheel.stores.sqlite import SQLiteStore
+    from timewheel.trigger import Trigger
+
+    store = SQLiteStore(tmp_path / "page.db", durability="fast")
+    clock = FakeClock(start=time.time() - 60)
+    sched = tw.Scheduler(
+        clock=clock,
+        store=store,
+        dispatcher=InlineDispatcher(),
+        allow=["tests.test_ready_at_insert"],
+    )
+    sched.schedule_many([(record, (i,)) for i in range(1000)], delay=0)
+    assert store.count_by_state() == {S.READY: 1000}
+    ready = ReadyQueue(10_000)
+    trigger = Trigger(store, ready, clock, tick=0.01, start=clock.time(), lease=30.0)
+    trigger.refill_ready()
+    # one page read; the queue asks for the next at half of it
+    assert len(ready) == Trigger.REFILL_PAGE
+    assert ready.low_water == Trigger.REFILL_PAGE // 2
+    assert trigger.backlog  # more READY work waits in the store
+    with sched:
+        clock.advance(0)
+        assert len(RAN) == 1000  # page after page, all of it
