@@ -500,17 +500,15 @@ class PostgresStore(InspectionQueries, Store):
         built = new_rows(batch, ready_until_us=until_us)
         if not built:
             return ()
-        decided = [until_us]
-        stored_ready: list[Sequence[str]] = [()]
 
-        def work(conn: Conn) -> None:
+        def work(conn: Conn) -> Sequence[str]:
             # one notification for the batch, not one per row
             server_now_us = self._quiet(conn)
-            rows = built
-            if decided[0] is not None and decided[0] > server_now_us:
+            limit, rows = until_us, built
+            if limit is not None and limit > server_now_us:
                 # this host's clock is ahead of the server's: READY only what the server finds due
-                decided[0] = server_now_us
-                rows = new_rows(batch, ready_until_us=server_now_us)
+                limit = server_now_us
+                rows = new_rows(batch, ready_until_us=limit)
             try:
                 with conn.transaction(), conn.cursor() as cur, cur.copy(_COPY) as copy:
                     for row in rows:
@@ -524,16 +522,16 @@ class PostgresStore(InspectionQueries, Store):
                 raise policy.existing_in_batch(
                     str(found[0]) if found else batch.ids[0], len(rows)
                 ) from None
-            ready = stored_ready[0] = ready_ids(batch, decided[0])
+            ready = ready_ids(batch, limit)
             if len(ready) < len(rows):
-                limit = decided[0]
                 pending = (d for d in map(to_us, batch.dues) if limit is None or d > limit)
                 self._announce_many(conn, min(pending))
             if ready:
                 self._announce_ready(conn)
+            return ready
 
-        self._write("inserting tasks", work)
-        return stored_ready[0]
+        stored_ready: Sequence[str] = self._write("inserting tasks", work)
+        return stored_ready
 
     def get(self, task_id: str) -> Task:
         t = self.find(task_id)
