@@ -42,8 +42,9 @@ def fill(store: SQLiteStore) -> None:
     store.promote(["r1"], NOW)
     store.insert(Task(id="f1", func=FUNC, args=("secret-arg",), due=NOW - 100, created=NOW))
     store.promote(["f1"], NOW - 90)
+    version = store.get("f1").version  # (stored READY: due before it was made)
     claimed = store.claim(
-        "f1", expected_version=1, owner="w1", lease_expires=NOW + 30, now=NOW - 90
+        "f1", expected_version=version, owner="w1", lease_expires=NOW + 30, now=NOW - 90
     )
     assert claimed is not None
     store.finish("f1", owner="w1", state=TaskState.FAILED, now=NOW - 60, error="RuntimeError: boom")
@@ -113,8 +114,9 @@ def ran(
     *state* at *ended*."""
     start = at if started is None else started
     store.insert(Task(id=task_id, func=FUNC, due=at, created=at))
-    store.promote([task_id], at)
-    assert store.claim(task_id, expected_version=1, owner="w", lease_expires=ended, now=start)
+    store.promote([task_id], at)  # (stored READY already: due when made)
+    version = store.get(task_id).version
+    assert store.claim(task_id, expected_version=version, owner="w", lease_expires=ended, now=start)
     store.finish(task_id, owner="w", state=state, now=ended, **changes)
 
 
@@ -166,7 +168,9 @@ def test_counts_by_queue_follow_the_tasks(client: TestClient, store: SQLiteStore
     """Every state of every queue, as tasks move; the state counts are the queues' sums."""
     store.insert(Task(id="m2", func=FUNC, due=NOW - 1, queue="mail", created=NOW))
     store.promote(["m2"], NOW)
-    assert store.claim("m2", expected_version=1, owner="w", lease_expires=NOW + 9, now=NOW)
+    assert store.claim(
+        "m2", expected_version=store.get("m2").version, owner="w", lease_expires=NOW + 9, now=NOW
+    )
     store.insert(Task(id="x1", func=FUNC, due=NOW + 5, queue="exports", created=NOW))
     store.transition("p0", expected_version=0, state=TaskState.CANCELLED, now=NOW)
     r = client.get("/")
@@ -363,7 +367,7 @@ def test_retry_now_inserts_a_copy(client: TestClient, store: SQLiteStore) -> Non
     assert r.status_code == 303
     assert r.headers["location"] == "/task/f1~retry1"
     copy = store.get("f1~retry1")
-    assert copy.state is TaskState.PENDING
+    assert copy.state is TaskState.READY  # due at once: stored READY
     assert copy.due == NOW
     assert copy.args == ("secret-arg",)
     assert copy.attempts == 0
@@ -512,7 +516,9 @@ def test_overview_shows_the_last_hour(client: TestClient, store: SQLiteStore) ->
     # retry's due time
     ran(store, "a2", NOW - 900, NOW - 890, TaskState.PENDING, due=NOW - 600)
     store.promote(["a2"], NOW - 600)
-    assert store.claim("a2", expected_version=4, owner="w", lease_expires=NOW, now=NOW - 597)
+    assert store.claim(
+        "a2", expected_version=store.get("a2").version, owner="w", lease_expires=NOW, now=NOW - 597
+    )
     store.finish("a2", owner="w", state=TaskState.SUCCEEDED, now=NOW - 500)
     r = client.get("/")
     assert cell(r.text, "succeeded-hour") == "3"
@@ -533,7 +539,9 @@ def test_the_failures_page_shows_the_traceback(client: TestClient, store: SQLite
     text = 'Traceback (most recent call last):\n  File "job.py", line 3\nRuntimeError: <boom>\n'
     store.insert(Task(id="f2", func=FUNC, due=NOW - 50, created=NOW - 50))
     store.promote(["f2"], NOW - 50)
-    assert store.claim("f2", expected_version=1, owner="w", lease_expires=NOW, now=NOW - 50)
+    assert store.claim(
+        "f2", expected_version=store.get("f2").version, owner="w", lease_expires=NOW, now=NOW - 50
+    )
     store.finish(
         "f2",
         owner="w",

@@ -145,8 +145,8 @@ def test_dashboard_in_a_browser(served: tuple[str, SQLiteStore], browser: Any) -
     _shot(browser, "failures")
     rows[1].find_element(By.XPATH, ".//button[text()='Retry now']").click()
     after_click("/task/f2~retry1")
-    assert text("state") == "pending"
-    assert store.get("f2~retry1").state is TaskState.PENDING
+    assert text("state") == "ready"  # due at once: stored READY
+    assert store.get("f2~retry1").state is TaskState.READY
 
     browser.get(url + "/task/p0")
     assert "d1 pending" in text("downstream")

@@ -41,7 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 Schemas = Callable[[], tuple[str, str]]
 
 
-def _task(task_id: str, due: float = 0.0, priority: int = 0) -> Task:
+def _task(task_id: str, due: float = 1.0, priority: int = 0) -> Task:
+    # due after its created instant (0): stored PENDING (a task due by then is stored READY)
     return Task(
         id=task_id,
         func="tests.apps.worker_app:record",

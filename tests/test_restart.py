@@ -127,7 +127,8 @@ def test_expired_lease_of_a_dead_process_is_requeued_and_run(
     # a worker process claimed "orphan" and was killed mid-run: its row stays RUNNING
     store = env.store()
     now = env.clock.time()
-    (ready,) = store.promote(["orphan"], now)
+    ready = store.get("orphan")  # due when scheduled: stored READY
+    assert ready.state is S.READY
     claimed = store.claim(
         "orphan",
         expected_version=ready.version,

@@ -334,7 +334,7 @@ class DelayQueue(Generic[T]):
             entry = _Entry(item_id, item, due, seq)
             if self._store is not None:
                 now = self._clock.time()
-                self._store.insert(
+                stored = self._store.insert(
                     Task(
                         id=item_id,
                         func=ITEM_FUNC,
@@ -345,7 +345,10 @@ class DelayQueue(Generic[T]):
                         updated=now,
                         extra={"seq": seq},
                     )
-                )
+                ).task
+                # a durable store stores an item already due READY: nothing to promote
+                entry.stored_ready = stored.state is TaskState.READY
+                entry.version = stored.version
             wake = False
             if self._getters:
                 dl = self._wheel.next_deadline()

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from timewheel.task import Task
 
-__all__ = ["FirePlan", "Herd", "InstancePlanner", "PreparePlan"]
+__all__ = ["FirePlan", "Herd", "InstancePlanner", "PreparePlan", "Warming"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +94,45 @@ class Herd:
     work: float = 0.0
     slices: int = 0
     longest_slice: float = 0.0
+
+
+@dataclass(slots=True)
+class Warming:
+    """A herd the trigger is pre-warming (mutable; :class:`Herd` is its snapshot)."""
+
+    second: int
+    placed: list[str]  # the second's per-second list itself: ids placed later are seen too
+    next_at: float
+    cursor: int = 0  # placed[:cursor] were looked at
+    again: list[str] = field(default_factory=list)  # deferred ids being asked again
+    deferred: list[str] = field(default_factory=list)
+    retry_at: float = 0.0
+    prepared: int = 0
+    successors: int = 0
+    declined: int = 0
+    work: float = 0.0
+    slices: int = 0
+    longest_slice: float = 0.0
+    per_slice: int = 64  # ids looked at by the last slice: the pacing's unit
+    done: bool = False
+    reported: bool = False
+
+    @property
+    def count(self) -> int:
+        """Instances placed in the second (an upper bound: some may have left since)."""
+        return len(self.placed)
+
+    @property
+    def left(self) -> int:
+        """Ids still to look at (deferred ones apart)."""
+        return len(self.placed) - self.cursor + len(self.again)
+
+    def take(self, n: int) -> list[str]:
+        """The next *n* ids to look at: deferred ones asked again first, then in placed order."""
+        if self.again:
+            taken = self.again[:n]
+            del self.again[:n]
+            return taken
+        taken = self.placed[self.cursor : self.cursor + n]
+        self.cursor += len(taken)
+        return taken

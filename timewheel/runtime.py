@@ -247,7 +247,10 @@ class Runtime:
             self.trigger.unindex((stored.id,))
             self.ready_queue.discard(stored.id)
         self.events.emit("submitted", stored)
-        self.trigger.index(stored)
+        if stored.state is TaskState.READY:
+            self.trigger.inserted_ready((stored,))  # already due: stored READY (durable store)
+        else:
+            self.trigger.index(stored)
         self.settle(changed.dependents)
         if stored.state in TERMINAL_STATES:
             self.notify_terminal(stored, None)
@@ -293,19 +296,35 @@ class Runtime:
 
     def submit_new(self, batch: NewTasks, now: float) -> None:
         """Insert a batch of fresh tasks in one store step (from its columns, when the store
-        can), place them in the wheel together, and report them."""
+        can), place them in the wheel together, and report them. Tasks a durable store stored
+        READY (already due) are not placed: the ready queue is refilled with them."""
         store = self._new_tasks
+        ready: Sequence[str]
         if store is not None:
-            store.insert_new(batch)
+            ready = store.insert_new(batch)
         else:
-            self.store.insert_many(batch.tasks(), on_conflict="error")
+            changes = self.store.insert_many(batch.tasks(), on_conflict="error")
+            ready = [c.task.id for c in changes if c.task.state is TaskState.READY]
         events = self.events
         if events.listening("submitted"):
+            marked = set(ready)
             for task in batch.tasks():
+                if task.id in marked:
+                    task = task.evolve(state=TaskState.READY)
                 events.emit("submitted", task)
         else:
             events.counts["submitted"] += len(batch.ids)
-        self.trigger.place_many(batch.ids, batch.dues, now)
+        ids, dues = batch.ids, batch.dues
+        if ready:
+            if len(ready) < len(ids):
+                marked = set(ready)
+                kept = [(i, d) for i, d in zip(ids, dues, strict=True) if i not in marked]
+                ids, dues = [i for i, _ in kept], [d for _, d in kept]
+            else:
+                ids, dues = [], []
+            self.trigger.inserted_ready()
+        if ids:
+            self.trigger.place_many(ids, dues, now)
 
     def submit_many(self, tasks: Sequence[Task], on_conflict: OnConflict) -> None:
         """Insert a batch of new tasks in one store step, index them, and report them (a task
@@ -323,6 +342,9 @@ class Runtime:
         else:
             events.counts["submitted"] += len(changes)
         self.trigger.index_many([c.task for c in changes])
+        ready = [c.task for c in changes if c.task.state is TaskState.READY]
+        if ready:
+            self.trigger.inserted_ready(ready)  # already due: stored READY (durable store)
         for stored, dependents in changes:
             if dependents:
                 self.settle(dependents)

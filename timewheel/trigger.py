@@ -46,16 +46,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from heapq import heappop, heappush
 from typing import Protocol
 
 from timewheel.clock import Clock
 from timewheel.collector import CollectorHold
 from timewheel.errors import DuplicateKeyError, VersionConflictError
-from timewheel.logs import task_extra, task_label
-from timewheel.plans import Herd, InstancePlanner
+from timewheel.logs import task_extra, task_label, utc_text
+from timewheel.plans import Herd, InstancePlanner, Warming
 from timewheel.ready import ReadyQueue
 from timewheel.retention import Retention
 from timewheel.shards import SHARD_MASK, ShardedDict
@@ -70,48 +68,6 @@ log = logging.getLogger("timewheel.trigger")
 
 _P = TaskState.PENDING
 _Moved = Task | Promoted  # what a promotion read back: tasks, or only their keys
-
-
-@dataclass(slots=True)
-class _Warming:
-    """A herd being pre-warmed (mutable; :class:`Herd` is its snapshot)."""
-
-    second: int
-    placed: list[str]  # the second's per-second list itself: ids placed later are seen too
-    next_at: float
-    cursor: int = 0  # placed[:cursor] were looked at
-    again: list[str] = field(default_factory=list)  # deferred ids being asked again
-    deferred: list[str] = field(default_factory=list)
-    retry_at: float = 0.0
-    prepared: int = 0
-    successors: int = 0
-    declined: int = 0
-    work: float = 0.0
-    slices: int = 0
-    longest_slice: float = 0.0
-    per_slice: int = 64  # ids looked at by the last slice: the pacing's unit
-    done: bool = False
-    reported: bool = False
-
-    @property
-    def count(self) -> int:
-        """Instances placed in the second (an upper bound: some may have left since)."""
-        return len(self.placed)
-
-    @property
-    def left(self) -> int:
-        """Ids still to look at (deferred ones apart)."""
-        return len(self.placed) - self.cursor + len(self.again)
-
-    def take(self, n: int) -> list[str]:
-        """The next *n* ids to look at: deferred ones asked again first, then in placed order."""
-        if self.again:
-            taken = self.again[:n]
-            del self.again[:n]
-            return taken
-        taken = self.placed[self.cursor : self.cursor + n]
-        self.cursor += len(taken)
-        return taken
 
 
 class Outcomes(Protocol):
@@ -192,6 +148,9 @@ class Trigger:
     MIN_GAP = 0.002
     #: ids a pre-warming chunk asks the planner about
     PREPARE_CHUNK = 32
+    #: the most READY rows of a durable store one refill of the ready queue reads (whose
+    #: workers claim batches from the store: a snapshot only has to wake one)
+    REFILL_PAGE = 256
 
     def __init__(
         self,
@@ -230,6 +189,9 @@ class Trigger:
         self.served: frozenset[str] | None = None if served is None else frozenset(served)
         self.durable = store.durable
         self._keys = store if isinstance(store, SupportsPromoteKeys) else None  # see promote
+        #: the most rows :meth:`refill_ready` reads; the queue asks for a refill at half of it
+        self.refill_page = min(ready.capacity, self.REFILL_PAGE if self.durable else ready.capacity)
+        ready.low_water = min(ready.low_water, self.refill_page // 2)
         self.lease = lease
         self.max_lease_recoveries = max_lease_recoveries
         self.batch = batch
@@ -262,7 +224,7 @@ class Trigger:
         self._by_second: dict[int, list[str]] = {}
         self._seconds: list[int] = []  # heap of the keys of _by_second, to drop passed ones
         self._hot: set[int] = set()  # herd seconds not yet pre-warming
-        self._warming: dict[int, _Warming] = {}
+        self._warming: dict[int, Warming] = {}
         self._next_look = math.inf  # when a hot second comes within prewarm_ahead
         # prepared heads moved out of the wheel: id -> due, and a heap of (due, id) to release
         self._staged: ShardedDict[str, float] = ShardedDict()
@@ -737,6 +699,15 @@ class Trigger:
         else:
             self._wake_for_backlog()
 
+    def inserted_ready(self, tasks: Sequence[Task] = ()) -> None:
+        """New work a durable store stored READY, already due: queued as a promotion's while
+        the trigger runs, else (or without *tasks*) left READY for the next refill."""
+        if tasks and self.active:
+            self.enqueue(tasks)
+        else:
+            self._to_backlog()
+            self._wake_for_backlog()
+
     def _skip(self, task: Task, why: str, now: float) -> None:
         try:
             changed = self.store.transition(
@@ -803,7 +774,7 @@ class Trigger:
     def _look(self, now: float) -> None:
         """Begin pre-warming the herds that came within ``prewarm_ahead`` (their ids are
         checked slice by slice, not here: this step stays short whatever the herd's size)."""
-        began: list[_Warming] = []
+        began: list[Warming] = []
         with self.lock:
             horizon = now + self.prewarm_ahead
             later = math.inf
@@ -813,7 +784,7 @@ class Trigger:
                 elif second <= horizon:
                     self._hot.discard(second)
                     placed = self._by_second.setdefault(second, [])
-                    warming = _Warming(second=second, placed=placed, next_at=now)
+                    warming = Warming(second=second, placed=placed, next_at=now)
                     self._warming[second] = warming
                     began.append(warming)
                 else:
@@ -823,7 +794,7 @@ class Trigger:
             log.info(
                 "herd: %d recurring instances due in the second from %s; pre-warming them",
                 warming.count,
-                _utc(warming.second),
+                utc_text(warming.second),
             )
 
     def _prewarm(self, now: float) -> None:
@@ -858,7 +829,7 @@ class Trigger:
             log.info(
                 "herd at %s: %d of %d instances prepared (%d successors stored) in %d slices, "
                 "%.3f s of trigger work, the longest slice %.1f ms",
-                _utc(warming.second),
+                utc_text(warming.second),
                 warming.prepared,
                 warming.count,
                 warming.successors,
@@ -867,7 +838,7 @@ class Trigger:
                 warming.longest_slice * 1e3,
             )
 
-    def _slice(self, warming: _Warming, now: float) -> None:
+    def _slice(self, warming: Warming, now: float) -> None:
         """Prepare chunks of the herd's heads while ``slice_seconds`` allows (counting the store
         step still to come, by its cost per head measured so far): one store step stores their
         successors, then the prepared heads move from the wheel to the staging heap."""
@@ -1011,7 +982,7 @@ class Trigger:
         free = ready.free
         if free <= 0:
             return
-        limit = free + len(ready)
+        limit = min(free + len(ready), self.refill_page)
         served = None if self.served is None else sorted(self.served)
         overflowed = self._overflowed
         rows = self.store.ready(limit=limit, queues=served)
@@ -1093,8 +1064,3 @@ class Trigger:
     def _on_ready_low(self) -> None:
         if self.backlog and self.waker is not None:
             self.waker.wake(None)
-
-
-def _utc(second: float) -> str:
-    """An instant as ISO 8601 UTC text, for log messages."""
-    return datetime.fromtimestamp(second, timezone.utc).isoformat().replace("+00:00", "Z")

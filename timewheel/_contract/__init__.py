@@ -27,6 +27,7 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     tasks.check_insert_get_roundtrip,
     tasks.check_get_missing,
     tasks.check_insert_resets_state_and_version,
+    tasks.check_insert_due_task,
     tasks.check_insert_conflict_error,
     tasks.check_insert_conflict_keep,
     tasks.check_insert_conflict_replace,

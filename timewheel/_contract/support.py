@@ -64,12 +64,15 @@ def expect(exc: type[BaseException], fn: Callable[[], object], what: str) -> Bas
 
 
 def make_ready(store: Store, *ids: str, now: float = T0) -> list[Task]:
-    """Promote the given (inserted, due) tasks to READY; assert they all moved."""
-    moved = store.promote(list(ids), now)
-    assert sorted(t.id for t in moved) == sorted(ids), (
-        f"promote({list(ids)}) moved {[t.id for t in moved]}"
-    )
-    return moved
+    """Promote the given (inserted, due) tasks to READY, those still PENDING (a durable store
+    stores a task due by its ``created`` instant READY); assert they all moved. The READY
+    snapshots, in the order of *ids*."""
+    pending = [i for i in ids if store.get(i).state is S.PENDING]
+    moved = {t.id: t for t in store.promote(pending, now)}
+    assert sorted(moved) == sorted(pending), f"promote({pending}) moved {list(moved)}"
+    out = [moved.get(i) or store.get(i) for i in ids]
+    assert all(t.state is S.READY for t in out), f"not READY: {[t.id for t in out]}"
+    return out
 
 
 def make_running(store: Store, task_id: str, owner: str = "w1", lease: float = T0 + 30) -> Task:

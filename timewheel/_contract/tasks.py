@@ -233,6 +233,34 @@ def check_insert_resets_state_and_version(store: Store) -> None:
     )
 
 
+def check_insert_due_task(store: Store) -> None:
+    """A task due by the instant it was made (``due <= created``) may be stored READY at once
+    (durable stores do: :func:`~timewheel.stores.policy.ready_at_insert`); then at version 0,
+    listed as READY work, claimable, and left alone by ``promote`` and ``due_before``. A task not
+    yet due by then, an instance of a schedule and a task with unmet upstream tasks are PENDING."""
+    due = new_task("due", due=T0 - 20)  # created T0 - 10
+    got = store.insert(due).task
+    assert got.state in (S.PENDING, S.READY), f"a due task is stored PENDING or READY ({got})"
+    assert got == store.get("due"), "insert returns the snapshot it stored"
+    assert store.insert(new_task("later", due=T0 - 5)).task.state is S.PENDING, (
+        "a task due after the instant it was made is stored PENDING"
+    )
+    inst = store.insert(new_task("inst", due=T0 - 20, schedule_id="s")).task
+    assert inst.state is S.PENDING, (
+        "an instance of a schedule is stored PENDING (its wheel fires it)"
+    )
+    dep = store.insert(new_task("dep", due=T0 - 20, after=("later",))).task
+    assert (dep.state, dep.unmet) == (S.PENDING, 1), "a task with unmet upstream tasks is PENDING"
+    if got.state is S.READY:
+        assert got.version == 0, f"stored READY at version 0 (got v{got.version})"
+        assert store.promote(["due"], T0) == [], "promote leaves a READY task alone"
+        assert ids_of(store.ready(limit=10)) == ["due"], "a task stored READY is READY work"
+        assert "due" not in [e[0] for e in store.due_before(T0 + 60, limit=10)]
+        claimed = store.claim("due", expected_version=0, owner="w1", lease_expires=T0 + 30, now=T0)
+        assert claimed is not None, "a task stored READY is claimable at version 0"
+        assert claimed.state is S.RUNNING, f"claimed: RUNNING (got {claimed.state})"
+
+
 def check_insert_conflict_error(store: Store) -> None:
     store.insert(new_task("a", priority=1))
     e = expect(DuplicateKeyError, lambda: store.insert(new_task("a", priority=2)), "duplicate id")

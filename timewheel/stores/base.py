@@ -345,8 +345,10 @@ class SupportsNewTasks(Protocol):
     a snapshot per task: one store step, all of the batch or, on any error, none of it.
     """
 
-    def insert_new(self, batch: NewTasks) -> None:
-        """Insert every task of *batch* in one step.
+    def insert_new(self, batch: NewTasks) -> Sequence[str]:
+        """Insert every task of *batch* in one step; the ids of the tasks it stored READY
+        rather than PENDING (a durable store stores work already due READY, see
+        :func:`~timewheel.stores.policy.ready_at_insert`), in batch order.
 
         Raises:
             DuplicateKeyError: an id exists already; nothing is inserted.

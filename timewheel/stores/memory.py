@@ -300,10 +300,12 @@ class MemoryStore(Store):
             changed = {t.id: self._insert(t, on_conflict) for t in plan.one_by_one}
             return policy.batch_changes(tasks, plan, changed)
 
-    def insert_new(self, batch: NewTasks) -> None:
+    def insert_new(self, batch: NewTasks) -> Sequence[str]:
         """Insert a batch of fresh tasks (:class:`~timewheel.stores.base.SupportsNewTasks`) in
         one hold of the lock: as compact records when they have default options and no keyword
-        arguments (what :meth:`add_pending` keeps), else as snapshots.
+        arguments (what :meth:`add_pending` keeps), else as snapshots. Every task is stored
+        PENDING (this process's wheel promotes those already due at its next step): the empty
+        list of READY ids is returned.
 
         Raises:
             DuplicateKeyError: an id exists already; nothing is inserted.
@@ -324,13 +326,14 @@ class MemoryStore(Store):
                 raise policy.task_exists(next(i for i in batch.ids if i in tasks))
             if compact:
                 self._lite.add_many(batch.ids, batch.funcs, batch.args, batch.dues, t.created)
-                return
+                return ()
             lite = self._lite
             if not lite.keys().isdisjoint(batch.ids):
                 raise policy.task_exists(next(i for i in batch.ids if i in lite))
             put = self._put
             for new in batch.tasks():
                 put(None, new)
+        return ()
 
     def add_pending(
         self, task_id: str, func: Callable[..., Any], args: tuple[Any, ...], due: float, now: float

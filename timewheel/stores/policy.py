@@ -10,7 +10,8 @@ memory, SQLite, a server database) can use them inside its own lock or transacti
   existing id;
 * :func:`count_dependencies`: a new task's unmet count, or the terminal state it starts in;
 * :func:`settle`: the transitive effect of a task's end on the tasks that wait on it;
-* :func:`as_inserted`: the snapshot an insert stores;
+* :func:`as_inserted`: the snapshot an insert stores, and :func:`ready_at_insert`: which new
+  tasks a durable store stores READY (work already due when it is stored);
 * :func:`check_batch` and :func:`plan_batch`: what ``insert_many`` checks before it stores
   anything, and which of a batch's tasks go in one multi-row insert;
 * the functions that build the errors, so every store says the same thing.
@@ -84,6 +85,8 @@ __all__ = [
     "plan_batch",
     "prefix_range",
     "queue_counts",
+    "ready_at_insert",
+    "ready_until",
     "schedule_not_found",
     "schedule_version_conflict",
     "settle",
@@ -243,13 +246,50 @@ def keep_existing_schedule(schedule_id: str, on_conflict: str) -> bool:
     return False
 
 
-def as_inserted(task: Task, *, version: int = 0) -> Task:
-    """The snapshot an insert stores for *task*: PENDING at *version*, no lease, no error, not
-    started.
+def ready_at_insert(task: Task, unmet: int = 0) -> bool:
+    """Whether a durable store stores the new *task* READY rather than PENDING: work already due
+    when it is stored goes in as the trigger's promotion would leave it, so it never enters a
+    host's wheel and no promotion races for it.
+
+    That is a one-shot task (instances of a schedule always go through a wheel: firing one plans
+    the next) with no unmet upstream task (*unmet*, as :func:`count_dependencies` counted it),
+    due at or before the instant it was made (``due <= created``: ``created`` is the scheduling
+    process's clock when it was built). A store whose clock is another machine's compares the
+    due time with that clock as well, in the insert itself (PostgreSQL: the server's), so a host
+    whose clock runs ahead never stores READY a task the store does not find due yet.
+    """
+    return unmet == 0 and task.schedule_id is None and task.due <= task.created
+
+
+def ready_until(template: Task) -> float | None:
+    """For a batch of new tasks without upstream tasks built from *template* (a
+    :class:`~timewheel.stores.base.NewTasks`, whose tasks differ only in function, arguments and
+    due time): the latest due time a durable store stores READY (:func:`ready_at_insert`), or
+    ``None`` when it stores none READY."""
+    if template.after or not ready_at_insert(template.evolve(due=template.created)):
+        return None
+    return template.created
+
+
+def as_inserted(task: Task, *, version: int = 0, durable: bool = False) -> Task:
+    """The snapshot an insert stores for *task*: PENDING at *version* (READY for a *durable*
+    store when :func:`ready_at_insert` says so and *task* has no upstream tasks), no lease, no
+    error, not started.
 
     ``updated`` is set to ``created``, and ``unmet`` to 0 (:func:`count_dependencies` sets it
     for a task with dependencies).
     """
+    if durable and not task.after and ready_at_insert(task):
+        return task.evolve(
+            state=TaskState.READY,
+            version=version,
+            updated=task.created,
+            unmet=0,
+            error=None,
+            lease_owner=None,
+            lease_expires=None,
+            started=None,
+        )
     if (
         task.state is _PENDING
         and task.version == version
@@ -306,7 +346,8 @@ class BatchPlan:
 
     Attributes:
         bulk: snapshots to insert as they are, in one multi-row insert: new ids without
-            dependencies (the common case, and the fast one).
+            dependencies (the common case, and the fast one), PENDING, or READY when already
+            due on a durable store.
         one_by_one: tasks to insert in batch order after *bulk*, in the same transaction, each as
             ``insert()`` does (counting dependencies, replacing an existing task).
         kept: ids whose existing task stands (``on_conflict="keep"``).
@@ -318,7 +359,11 @@ class BatchPlan:
 
 
 def plan_batch(
-    tasks: Sequence[Task], on_conflict: str, existing: Mapping[str, TaskState]
+    tasks: Sequence[Task],
+    on_conflict: str,
+    existing: Mapping[str, TaskState],
+    *,
+    durable: bool = False,
 ) -> BatchPlan:
     """Split a batch checked by :func:`check_batch` by what each task needs.
 
@@ -328,6 +373,8 @@ def plan_batch(
         existing: the states of the tasks that exist already among the batch's ids (a store
             may pass an empty mapping with ``on_conflict="error"`` and let its unique key
             refuse an existing id, then raise :func:`existing_in_batch`).
+        durable: the store is durable: *bulk* holds READY snapshots of the tasks already due
+            (see :func:`as_inserted`).
 
     Raises:
         DuplicateKeyError: an id exists and *on_conflict* is ``"error"``; nothing is inserted.
@@ -348,7 +395,7 @@ def plan_batch(
         elif task.after:
             one_by_one.append(task)
         else:
-            bulk.append(as_inserted(task))
+            bulk.append(as_inserted(task, durable=durable))
     return BatchPlan(bulk, one_by_one, frozenset(kept))
 
 

@@ -31,7 +31,7 @@ from psycopg import pq, sql
 from timewheel.errors import StoreConfigError, StoreError
 from timewheel.stores import policy
 
-__all__ = ["APPLICATION_NAME", "Connections", "parse_url", "password_of", "redact"]
+__all__ = ["APPLICATION_NAME", "PLANNER", "Connections", "parse_url", "password_of", "redact"]
 
 log = logging.getLogger("timewheel.stores.postgres")
 
@@ -159,6 +159,7 @@ class Connections:
 
     def _configure(self, conn: Conn) -> None:
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        conn.execute(PLANNER)
         if self.origin:
             conn.execute("SELECT set_config('timewheel.origin', %s, false)", (self.origin,))
         if self.read_only:
@@ -264,6 +265,15 @@ def _autocommitted(conn: Conn, work: Callable[[Conn], T]) -> T:
         if conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
             conn.autocommit = False
 
+
+PLANNER = "SET enable_bitmapscan = off"
+"""Set on every pooled connection. The store's statements read along an index in its order and
+stop early (a batched claim takes the first READY tasks of the index of READY tasks in priority
+and due order; a refill, the promotions' and the inspection queries are bounded likewise). The
+planner's other choice for them, every matching row read through a bitmap and then sorted, makes
+a claim cost in proportion to the READY work waiting instead of the batch; it takes that choice
+when the table's statistics predate a burst of READY work (work already due inserted in bulk, a
+herd promoted), which is when claims matter most."""
 
 # the store's own options in a postgresql:// URL (the rest is libpq's)
 _OPTIONS = ("schema", "pool_size", "retries", "connect_timeout")

@@ -6,6 +6,11 @@ NOTHING``, on a connection in autocommit mode. When the id is free, that one sta
 the task (PENDING, version 0) and commits it; the row trigger announces it to listening hosts
 when it is due soon, as for any insert.
 
+A task already due by the clock it was made on (:func:`~timewheel.stores.policy.ready_at_insert`)
+goes in by :data:`INSERT_DUE_IF_NEW` instead: the same statement, whose state is READY when the
+server's clock finds the task due too and PENDING otherwise (a host whose clock runs ahead never
+stores READY work the server does not find due), returning the state it stored.
+
 When a task holds the id, a second statement reads it and
 :func:`~timewheel.stores.policy.keep_existing` decides on its state: ``"error"`` raises and
 ``"keep"`` returns it, as the store's transaction would. What neither statement can do is left to
@@ -22,14 +27,17 @@ from typing import Any
 from timewheel.stores import policy
 from timewheel.stores.base import Changed, OnConflict
 from timewheel.stores.postgres import schema
+from timewheel.stores.postgres.clocks import SERVER_NOW_US
 from timewheel.stores.postgres.connections import Conn
 from timewheel.stores.sqlite.codec import TASKS
 from timewheel.task import TaskState
 
-__all__ = ["INSERT_NEW", "insert_new"]
+__all__ = ["INSERT_DUE", "INSERT_DUE_IF_NEW", "INSERT_NEW", "insert_new", "ready_if_due"]
 
 _ID = TASKS.position["id"]
+_DUE = TASKS.position["due"]
 _STATE = TASKS.position["state"]
+_READY = TaskState.READY.value
 
 INSERT_NEW = schema.INSERT_TASK_IF_NEW.encode()
 """The single statement; its parameters are the encoded row. (Returning nothing, it costs the
@@ -37,17 +45,40 @@ server and the client less than a form that also returns a conflicting row.)"""
 
 _EXISTING = (schema.SELECT_TASKS + " WHERE id = %s").encode()
 
+# the state's parameter is the row's due time: READY if the server's clock finds it due
+_STATE_IF_DUE = f"CASE WHEN %s::bigint <= {SERVER_NOW_US} THEN 'ready' ELSE 'pending' END"
+_VALUES = ", ".join(_STATE_IF_DUE if name == "state" else "%s" for name in TASKS.names)
+INSERT_DUE = f"INSERT INTO tasks ({schema.TASK_COLUMNS}) VALUES ({_VALUES}) RETURNING state"
+"""One encoded row of a task already due by its own clock, READY when the server's clock finds
+it due too, else PENDING; returns the state stored (see :func:`ready_if_due`)."""
+INSERT_DUE_IF_NEW = INSERT_DUE.replace(" RETURNING", " ON CONFLICT (id) DO NOTHING RETURNING")
+""":data:`INSERT_DUE`, unless a task holds the id (then no row, and no error)."""
+_INSERT_DUE_IF_NEW = INSERT_DUE_IF_NEW.encode()
+
+
+def ready_if_due(row: list[Any]) -> list[Any]:
+    """The parameters of :data:`INSERT_DUE` for *row* (a task stored READY unless the server's
+    clock finds it not yet due)."""
+    params = list(row)
+    params[_STATE] = row[_DUE]
+    return params
+
 
 def insert_new(conn: Conn, row: list[Any], on_conflict: OnConflict) -> Changed | None:
-    """Insert *row* (a task as :func:`~timewheel.stores.policy.as_inserted` leaves it, encoded)
-    on *conn*, in autocommit mode; the change, or ``None`` when the store's transaction must
-    decide.
+    """Insert *row* (a task as :func:`~timewheel.stores.policy.as_inserted` leaves it for a
+    durable store, encoded; a READY row is stored READY only if the server finds it due) on
+    *conn*, in autocommit mode; the change, or ``None`` when the store's transaction must decide.
 
     Raises:
         DuplicateKeyError: ``on_conflict="error"`` and a task holds the id.
         VersionConflictError: ``"replace"`` of a RUNNING task.
     """
-    if conn.execute(INSERT_NEW, row).rowcount == 1:
+    if row[_STATE] == _READY:
+        stored = conn.execute(_INSERT_DUE_IF_NEW, ready_if_due(row)).fetchone()
+        if stored is not None:
+            row[_STATE] = stored[0]
+            return Changed(TASKS.decode(tuple(row)))
+    elif conn.execute(INSERT_NEW, row).rowcount == 1:
         return Changed(TASKS.decode(tuple(row)))
     old = conn.execute(_EXISTING, (row[_ID],)).fetchone()
     if old is None:

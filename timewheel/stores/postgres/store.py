@@ -38,7 +38,7 @@ from timewheel.stores.base import (
     WorkListener,
 )
 from timewheel.stores.postgres import inserts, runs, schema
-from timewheel.stores.postgres.clocks import CLOCK_WARNING, ServerClocks, measure
+from timewheel.stores.postgres.clocks import CLOCK_WARNING, SERVER_NOW_US, ServerClocks, measure
 from timewheel.stores.postgres.connections import Conn, Connections, parse_url
 from timewheel.stores.postgres.inspection import InspectionQueries
 from timewheel.stores.postgres.notify import Listener, channel, many_payload, ready_payload
@@ -48,6 +48,7 @@ from timewheel.stores.sqlite.codec import (
     Row,
     from_us,
     new_rows,
+    ready_ids,
     to_us,
 )
 from timewheel.task import TERMINAL_STATES, ScheduleRecord, Task, TaskState, check_transition
@@ -73,6 +74,7 @@ _SEL = schema.SELECT_TASKS
 _SEL_ID = _SEL + " WHERE id = %s"
 _INS = schema.INSERT_TASK
 _INS_IGNORE = schema.INSERT_TASK_IF_NEW
+_INS_DUE = inserts.INSERT_DUE.encode()
 _COPY = f"COPY tasks ({schema.TASK_COLUMNS}) FROM STDIN"
 _SSEL = f"SELECT {', '.join(SCHEDULES.names)} FROM schedules"
 _SINS = (
@@ -80,8 +82,7 @@ _SINS = (
     f"VALUES ({', '.join(['%s'] * len(SCHEDULES.names))})"
 )
 _RETURNING = runs.RETURNING
-# the server's clock, once per statement, in epoch microseconds
-_SERVER_NOW = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+_SERVER_NOW = SERVER_NOW_US
 _WITHIN_US = round(schema.NOTIFY_WITHIN * 1_000_000)
 # promotion: the server's time is returned with the moved rows (a row of NULLs when none moved),
 # and READY work is announced (once per transaction) when some moved; on the server's clock
@@ -298,10 +299,16 @@ class PostgresStore(InspectionQueries, Store):
         if self._clocks.due():
             self._clocks.remeasure(conn, "periodically")
 
-    def _quiet(self, conn: Conn) -> None:
+    def _quiet(self, conn: Conn) -> int:
         """The rest of this transaction inserts without a notification per row: a bulk insert
-        announces itself once (:meth:`_announce_many`)."""
-        conn.execute("SELECT set_config('timewheel.quiet', 'on', true)")
+        announces itself once (:meth:`_announce_many`, :meth:`_announce_ready`). Returns the
+        server's clock (epoch microseconds): tasks due by then may be stored READY."""
+        row = conn.execute(
+            f"SELECT {_SERVER_NOW} FROM set_config('timewheel.quiet', 'on', true)"
+        ).fetchone()
+        assert row is not None
+        now_us: int = row[0]
+        return now_us
 
     def _announce_many(self, conn: Conn, first_due_us: int) -> None:
         """Tell listening hosts to look for PENDING work bulk-inserted in this transaction, the
@@ -376,7 +383,7 @@ class PostgresStore(InspectionQueries, Store):
         policy.check_task(task)
         if not task.after:
             # one autocommitted statement; the transaction decides what it leaves (see inserts)
-            row = TASKS.encode(policy.as_inserted(task))
+            row = TASKS.encode(policy.as_inserted(task, durable=True))
             done: Changed | None = self._write(
                 "inserting a task",
                 lambda conn: inserts.insert_new(conn, row, on_conflict),
@@ -409,7 +416,12 @@ class PostgresStore(InspectionQueries, Store):
             row[_VERSION] = old[_VERSION] + 1
             conn.execute("DELETE FROM deps WHERE downstream = %s", (task.id,))
             conn.execute("DELETE FROM tasks WHERE id = %s", (task.id,))
-        conn.execute(_INS.encode(), row)
+        if count.state is TaskState.PENDING and policy.ready_at_insert(task, count.unmet):
+            # READY if the server's clock finds it due as well
+            stored = conn.execute(_INS_DUE, inserts.ready_if_due(row)).fetchone()
+            row[_STATE] = stored[0] if stored is not None else count.state.value
+        else:
+            conn.execute(_INS.encode(), row)
         if count.waits_on:
             with conn.cursor() as cur:
                 cur.executemany(
@@ -433,7 +445,7 @@ class PostgresStore(InspectionQueries, Store):
         ids = [t.id for t in tasks]
         # encoded before the transaction (the common case: every task new, none with
         # dependencies); a batch that meets existing ids encodes what it inserts again
-        fresh = [policy.as_inserted(t) for t in tasks if not t.after]
+        fresh = [policy.as_inserted(t, durable=True) for t in tasks if not t.after]
         encoded = TASKS.encode_many(fresh)
 
         def work(conn: Conn) -> list[Changed]:
@@ -448,39 +460,55 @@ class PostgresStore(InspectionQueries, Store):
                     (ids,),
                 )
             }
-            plan = policy.plan_batch(tasks, on_conflict, existing)
+            plan = policy.plan_batch(tasks, on_conflict, existing, durable=True)
             if plan.bulk:
-                self._quiet(conn)  # one notification for the batch, not one per row
-                # COPY: one statement streams every row (the fastest bulk insert PostgreSQL has)
+                # one notification for the batch, not one per row
+                server_now = self._quiet(conn)
                 rows = encoded if len(plan.bulk) == len(fresh) else TASKS.encode_many(plan.bulk)
+                if _not_due(plan.bulk, server_now):
+                    rows = TASKS.encode_many(_ready_if_due(plan.bulk, server_now))
+                # COPY: one statement streams every row (the fastest bulk insert PostgreSQL has)
                 with conn.cursor() as cur, cur.copy(_COPY) as copy:
                     for row in rows:
                         copy.write_row(row)
             changed = {t.id: self._insert_in(conn, t, on_conflict) for t in plan.one_by_one}
             if plan.bulk:
-                dues = [t.due for t in plan.bulk] + [c.task.due for c in changed.values()]
-                self._announce_many(conn, to_us(min(dues)))
+                stored = [*plan.bulk, *(c.task for c in changed.values())]
+                dues = [t.due for t in stored if t.state is TaskState.PENDING]
+                if dues:
+                    self._announce_many(conn, to_us(min(dues)))
+                if len(dues) < len(stored):
+                    self._announce_ready(conn)
             return policy.batch_changes(tasks, plan, changed)
 
         result: list[Changed] = self._write("inserting tasks", work)
         return result
 
-    def insert_new(self, batch: NewTasks) -> None:
+    def insert_new(self, batch: NewTasks) -> Sequence[str]:
         """Insert a batch of fresh tasks (:class:`~timewheel.stores.base.SupportsNewTasks`): its
         rows built column by column (:func:`~timewheel.stores.sqlite.codec.new_rows`), one
         ``COPY`` in one transaction, no read first: the ids are new, and the primary key refuses
-        one that exists (rolling the batch back).
+        one that exists (rolling the batch back). Tasks already due by the batch's clock and by
+        the server's (read as the transaction begins) are stored READY
+        (:func:`~timewheel.stores.policy.ready_at_insert`); their ids are returned.
 
         Raises:
             DuplicateKeyError: an id exists already; nothing is inserted.
         """
-        rows = new_rows(batch)
-        if not rows:
-            return
-        first_due = to_us(min(batch.dues))
+        until = policy.ready_until(batch.template)
+        until_us = None if until is None else to_us(until)
+        built = new_rows(batch, ready_until_us=until_us)
+        if not built:
+            return ()
 
-        def work(conn: Conn) -> None:
-            self._quiet(conn)  # one notification for the batch, not one per row
+        def work(conn: Conn) -> Sequence[str]:
+            # one notification for the batch, not one per row
+            server_now_us = self._quiet(conn)
+            limit, rows = until_us, built
+            if limit is not None and limit > server_now_us:
+                # this host's clock is ahead of the server's: READY only what the server finds due
+                limit = server_now_us
+                rows = new_rows(batch, ready_until_us=limit)
             try:
                 with conn.transaction(), conn.cursor() as cur, cur.copy(_COPY) as copy:
                     for row in rows:
@@ -494,9 +522,16 @@ class PostgresStore(InspectionQueries, Store):
                 raise policy.existing_in_batch(
                     str(found[0]) if found else batch.ids[0], len(rows)
                 ) from None
-            self._announce_many(conn, first_due)
+            ready = ready_ids(batch, limit)
+            if len(ready) < len(rows):
+                pending = (d for d in map(to_us, batch.dues) if limit is None or d > limit)
+                self._announce_many(conn, min(pending))
+            if ready:
+                self._announce_ready(conn)
+            return ready
 
-        self._write("inserting tasks", work)
+        stored_ready: Sequence[str] = self._write("inserting tasks", work)
+        return stored_ready
 
     def get(self, task_id: str) -> Task:
         t = self.find(task_id)
@@ -1011,3 +1046,18 @@ def _require(conn: Conn, name: str, where: str) -> None:
     """Refuse a schema that holds no store, an older or a newer one."""
     schema.require(conn, name, where)
     conn.rollback()
+
+
+def _not_due(snapshots: Sequence[Task], server_now: int) -> bool:
+    """Whether some of *snapshots*, READY by their own clock, are not yet due by the server's
+    (*server_now*, epoch microseconds)."""
+    return any(t.state is TaskState.READY and to_us(t.due) > server_now for t in snapshots)
+
+
+def _ready_if_due(snapshots: list[Task], server_now: int) -> list[Task]:
+    """*snapshots* (a batch plan's, changed in place) with those the server's clock does not
+    find due yet back to PENDING, as an insert leaves them."""
+    for k, t in enumerate(snapshots):
+        if t.state is TaskState.READY and to_us(t.due) > server_now:
+            snapshots[k] = t.evolve(state=TaskState.PENDING)
+    return snapshots

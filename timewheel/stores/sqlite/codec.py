@@ -44,6 +44,7 @@ __all__ = [
     "decode_dependents",
     "from_us",
     "new_rows",
+    "ready_ids",
     "to_us",
     "to_us_optional",
     "upstream_entry",
@@ -438,8 +439,13 @@ def claimed_fields(row: Row, owner: str, lease_us: int, now_us: int) -> dict[str
 _TAIL = len(TASKS.names) - 5  # the columns after id, func, args, kwargs, due: the batch's own
 
 
-def new_rows(batch: NewTasks) -> list[Row]:
-    """The rows of a :class:`~timewheel.stores.base.NewTasks` batch, in its order.
+_STATE_IN_TAIL = TASKS.position["state"] - 5
+
+
+def new_rows(batch: NewTasks, *, ready_until_us: int | None = None) -> list[Row]:
+    """The rows of a :class:`~timewheel.stores.base.NewTasks` batch, in its order: PENDING, but
+    READY for the tasks due at or before *ready_until_us* (epoch microseconds; see
+    :func:`~timewheel.stores.policy.ready_until`).
 
     The columns a batch shares (state, version, options, times and the rest) are encoded once,
     from its template; per task only its id, function reference, arguments (as JSON), keyword
@@ -466,10 +472,21 @@ def new_rows(batch: NewTasks) -> list[Row]:
     funcs = batch.funcs
     if not all(isinstance(f, str) for f in set(funcs)):
         funcs = list(map(refs.func_ref, funcs))
-    return list(
-        map(
-            tuple.__add__,
-            zip(batch.ids, funcs, args, kwargs_text, dues_us, strict=True),
-            itertools.repeat(shared),
-        )
-    )
+    heads = zip(batch.ids, funcs, args, kwargs_text, dues_us, strict=True)
+    if ready_until_us is None or min(dues_us) > ready_until_us:
+        return list(map(tuple.__add__, heads, itertools.repeat(shared)))
+    ready = (*shared[:_STATE_IN_TAIL], TaskState.READY.value, *shared[_STATE_IN_TAIL + 1 :])
+    if max(dues_us) <= ready_until_us:
+        return list(map(tuple.__add__, heads, itertools.repeat(ready)))
+    return [head + (ready if head[4] <= ready_until_us else shared) for head in heads]
+
+
+def ready_ids(batch: NewTasks, ready_until_us: int | None) -> Sequence[str]:
+    """The ids of the tasks :func:`new_rows` made READY with the same *ready_until_us*, in batch
+    order (the batch's own list when all of them are)."""
+    dues = batch.dues
+    if ready_until_us is None or not dues or to_us(min(dues)) > ready_until_us:
+        return []
+    if to_us(max(dues)) <= ready_until_us:
+        return batch.ids
+    return [i for i, d in zip(batch.ids, dues, strict=True) if to_us(d) <= ready_until_us]

@@ -35,6 +35,7 @@ from timewheel.stores.sqlite.codec import (
     decode_dependents,
     from_us,
     new_rows,
+    ready_ids,
     to_us,
     upstream_entry,
 )
@@ -278,7 +279,8 @@ class SQLiteStore(Store):
             return None if r is None else _STATES[r[0]]
 
         count = policy.count_dependencies(task, state_of)
-        row[_STATE] = count.state.value
+        ready = count.state is TaskState.PENDING and policy.ready_at_insert(task, count.unmet)
+        row[_STATE] = TaskState.READY.value if ready else count.state.value
         row[_UNMET] = count.unmet
         row[_ERROR] = count.error
         if old is not None:
@@ -306,30 +308,34 @@ class SQLiteStore(Store):
             return []
         if on_conflict == "error" and not any(t.after for t in tasks):
             # the fast case: new ids without dependencies; the unique key refuses an existing one
-            plan = policy.plan_batch(tasks, on_conflict, {})
+            plan = policy.plan_batch(tasks, on_conflict, {}, durable=True)
             rows = TASKS.encode_many(plan.bulk)
             with self._tx("inserting tasks") as conn:
                 bulk.insert_rows(conn, rows, [t.id for t in tasks])
             return policy.batch_changes(tasks, plan, {})
         with self._tx("inserting tasks") as conn:
             existing = bulk.states(conn, [t.id for t in tasks])
-            plan = policy.plan_batch(tasks, on_conflict, existing)
+            plan = policy.plan_batch(tasks, on_conflict, existing, durable=True)
             conn.executemany(_INS, TASKS.encode_many(plan.bulk))
             changed = {t.id: self._insert_in(conn, t, on_conflict) for t in plan.one_by_one}
         return policy.batch_changes(tasks, plan, changed)
 
-    def insert_new(self, batch: NewTasks) -> None:
+    def insert_new(self, batch: NewTasks) -> Sequence[str]:
         """Insert a batch of fresh tasks (:class:`~timewheel.stores.base.SupportsNewTasks`):
         its rows built column by column (:func:`~timewheel.stores.sqlite.codec.new_rows`),
-        one ``executemany`` in one transaction.
+        one ``executemany`` in one transaction. Tasks already due are stored READY
+        (:func:`~timewheel.stores.policy.ready_at_insert`); their ids are returned.
 
         Raises:
             DuplicateKeyError: an id exists already; nothing is inserted.
         """
-        rows = new_rows(batch)
+        until = policy.ready_until(batch.template)
+        until_us = None if until is None else to_us(until)
+        rows = new_rows(batch, ready_until_us=until_us)
         if rows:
             with self._tx("inserting tasks") as conn:
                 bulk.insert_rows(conn, rows, batch.ids)
+        return ready_ids(batch, until_us)
 
     def get(self, task_id: str) -> Task:
         t = self.find(task_id)
