@@ -1,0 +1,281 @@
+"""Where one ``schedule()`` insert into ``PostgresStore`` spends its time, piece by piece.
+
+Run: ``python benchmarks/bench_pg_insert.py --dsn postgresql://postgres@127.0.0.1/postgres``
+
+Every variant inserts ``--n`` rows one by one, each its own autocommitted statement on one
+connection, in a database created for the run (dropped after it). The variants take turns in
+``--rounds`` rounds (the order reversed every round) and the median round is reported: wall time,
+the server backend's CPU (``/proc/PID/stat`` of ``pg_backend_pid()``: the server must run on this
+host, and the benchmark must be allowed to read its processes) and this thread's CPU, each per
+insert, in microseconds.
+
+* ``floor``: the plain loop of ``bench_postgres.py`` (a 4-column table with one partial index);
+* ``row``: the store's statement (``INSERT ... ON CONFLICT (id) DO NOTHING``) of the row a
+  ``schedule(f, i, delay=0)`` stores, into the store's current schema;
+* ``row-plain``: the same row with a plain ``INSERT``;
+* ``row-no-trigger``: the same statement, the notify trigger dropped;
+* ``row-listened``: as ``row``, with another connection listening on the store's channel;
+* ``row-trigger-empty``: the trigger's function does nothing (what calling it costs);
+* ``row-trigger-constant``: the trigger's function sends a constant notification;
+* ``row-no-INDEX``: the same statement, the index ``INDEX`` dropped (one variant per index);
+* ``row-bare``: the same statement into the table with its primary key alone and no trigger;
+* ``schedule``: ``Scheduler.schedule(f, i, delay=0)`` on a ``PostgresStore`` of the current schema
+  (a scheduler never started, as an application process that only enqueues): the library's
+  client side is its thread CPU less ``row``'s.
+
+``--only NAME,...`` runs some variants (``floor`` and ``row`` are always run, as the baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_postgres import FLOOR_SCHEMA, noop_job
+
+import timewheel as tw
+from timewheel.stores.postgres import PostgresStore, inserts
+from timewheel.stores.postgres import schema as pg_schema
+from timewheel.stores.postgres.notify import channel
+
+DB = "timewheel_bench_insert"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _with_db(dsn: str, name: str) -> str:
+    return urlunsplit(urlsplit(dsn)._replace(path="/" + name))
+
+
+def backend_cpu(pid: int) -> float:
+    """Seconds of CPU (user and system) the server process *pid* has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def template_row(dsn: str, schema: str) -> list[Any]:
+    """The encoded row ``schedule(f, 0, delay=0)`` inserts (captured from the store)."""
+    captured: list[list[Any]] = []
+    real = inserts.insert_new
+
+    def spy(conn: Any, row: list[Any], *rest: Any) -> Any:
+        captured.append(list(row))
+        return real(conn, row, *rest)
+
+    inserts.insert_new = spy  # type: ignore[assignment]
+    try:
+        store = PostgresStore(dsn, schema=schema)
+        sched = tw.Scheduler(store=store, allow=["bench_postgres"])
+        sched.schedule(noop_job, 0, delay=0)
+        sched.shutdown()
+        store.close()
+    finally:
+        inserts.insert_new = real
+    return captured[0]
+
+
+class Variant:
+    """One way of inserting rows: its schema, and the loop that inserts *n* of them."""
+
+    def __init__(
+        self,
+        name: str,
+        schema: str,
+        ddl: list[str],
+        run: Callable[[Any, int, int], None],
+        *,
+        quiet: bool = False,
+        version: int | None = None,
+    ) -> None:
+        self.name, self.schema, self.ddl, self.run = name, schema, ddl, run
+        self.quiet, self.version = quiet, version
+        self.rounds: list[tuple[float, float, float]] = []
+
+
+@contextmanager
+def database(admin: str) -> Iterator[str]:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{DB}"')
+    try:
+        yield _with_db(admin, DB)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+
+
+def build(dsn: str, only: set[str] | None) -> list[Variant]:
+    trigger = pg_schema.INSERT_TASK_IF_NEW.encode()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pg_schema.migrate(conn, "base")
+        indexes = [
+            r[0]
+            for r in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = 'base' "
+                "AND tablename = 'tasks' AND indexname <> 'tasks_pkey' ORDER BY indexname"
+            )
+        ]
+    row0 = template_row(dsn, "base")
+    counter = [0]
+
+    def rows(n: int) -> Iterator[list[Any]]:
+        for _ in range(n):
+            counter[0] += 1
+            r = list(row0)
+            r[0] = f"{counter[0]:032x}"
+            r[2] = json.dumps([counter[0]])
+            yield r
+
+    def announced(conn: Any, n: int, _: int) -> None:
+        # the store's statement: the row and its announcement
+        (schema,) = conn.execute("SELECT current_schema()").fetchone()
+        ch = channel(schema)
+        for r in rows(n):
+            conn.execute(inserts.INSERT_NEW, [*r, *(inserts.announcement(r, ch, "bench") or ())])
+
+    def statement(stmt: bytes) -> Callable[[Any, int, int], None]:
+        def run(conn: Any, n: int, _: int) -> None:
+            for r in rows(n):
+                conn.execute(stmt, r)
+
+        return run
+
+    def floor(conn: Any, n: int, start: int) -> None:
+        for i in range(start, start + n):
+            conn.execute("INSERT INTO jobs (payload) VALUES (%s)", (json.dumps([i]),))
+
+    def schedule(conn: Any, n: int, start: int) -> None:
+        sched = conn  # the scheduler stands in for the connection
+        for i in range(start, start + n):
+            sched.schedule(noop_job, i, delay=0)
+
+    drop_all = [f"DROP INDEX {name}" for name in indexes] + ["DROP TRIGGER tasks_inserted ON tasks"]
+    variants = [
+        Variant("floor", "floor", [FLOOR_SCHEMA], floor),
+        Variant("row", "v_row", [], announced, quiet=True),
+        Variant("row-schema-4", "v_four", [], statement(trigger), version=4),
+        Variant("row-trigger", "v_trigger", [], statement(trigger)),
+        Variant("row-trigger-empty", "v_trig_empty", [_function("")], statement(trigger)),
+        Variant(
+            "row-trigger-constant",
+            "v_trig_const",
+            [_function("PERFORM pg_notify('timewheel_bench', 'p');")],
+            statement(trigger),
+        ),
+        Variant("row-no-notify", "v_no_notify", [], statement(trigger), quiet=True),
+        Variant("row-listened", "v_listened", [], announced, quiet=True),
+        *(
+            Variant(f"row-no-{name}", f"v_no_{name}", [f"DROP INDEX {name}"], announced, quiet=True)
+            for name in indexes
+        ),
+        Variant("row-bare", "v_bare", drop_all, statement(trigger)),
+        Variant("schedule", "v_schedule", [], schedule),
+    ]
+    return [v for v in variants if only is None or v.name in only or v.name in ("floor", "row")]
+
+
+def _function(body: str) -> str:
+    """The notify trigger's function replaced by one that runs *body* (and returns)."""
+    return (
+        "CREATE OR REPLACE FUNCTION notify_inserted() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$fn$ BEGIN {body} RETURN NULL; END $fn$"
+    )
+
+
+def prepare(dsn: str, v: Variant) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ident = sql.Identifier(v.schema)
+        if v.name == "floor":
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
+        elif v.version is not None:  # an older schema, as its migrations left it
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
+            conn.execute(sql.SQL("SET search_path TO {}").format(ident))
+            for step in pg_schema.MIGRATIONS[: v.version]:
+                for statement in step:
+                    conn.execute(statement.encode())
+        else:
+            pg_schema.migrate(conn, v.schema)
+        conn.execute(sql.SQL("SET search_path TO {}").format(ident))
+        for stmt in v.ddl:
+            conn.execute(stmt.encode())
+
+
+def one_round(dsn: str, v: Variant, n: int, start: int) -> tuple[float, float, float]:
+    """Wall, server CPU and client CPU seconds of *n* inserts of variant *v*."""
+    listener = None
+    if v.name == "row-listened":
+        listener = psycopg.connect(dsn, autocommit=True)
+        listener.execute(f'LISTEN "{channel(v.schema)}"')
+    store: PostgresStore | None = None
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(v.schema)))
+            if v.quiet:  # as the store's connections
+                conn.execute("SELECT set_config('timewheel.quiet', 'on', false)")
+            target: Any = conn
+            if v.name == "schedule":
+                store = PostgresStore(dsn, schema=v.schema, pool_size=1)
+                target = tw.Scheduler(store=store, allow=["bench_postgres"])
+                target.schedule(noop_job, -1, delay=3600)  # the pool's connection, opened
+                pid = store.read_rows("SELECT pg_backend_pid()")[0][0]
+            else:
+                (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone() or (0,)
+            v.run(target, 50, start)  # warm up: statements prepared
+            cpu0, thread0, t0 = backend_cpu(pid), time.thread_time(), time.perf_counter()
+            v.run(target, n, start + 50)
+            wall = time.perf_counter() - t0
+            client, server = time.thread_time() - thread0, backend_cpu(pid) - cpu0
+            if v.name == "schedule":
+                target.shutdown()
+            conn.execute("TRUNCATE jobs" if v.name == "floor" else "TRUNCATE tasks")
+    finally:
+        if store is not None:
+            store.close()
+        if listener is not None:
+            listener.close()
+    return wall, server, client
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default=None)
+    args = ap.parse_args()
+    only = None if args.only is None else set(args.only.split(","))
+    with open("/proc/loadavg") as f:
+        print("load average at start:", f.read().split()[:3])
+    with database(args.dsn) as dsn:
+        variants = build(dsn, only)
+        for v in variants:
+            prepare(dsn, v)
+        start = 0
+        for k in range(args.rounds):
+            for v in variants if k % 2 == 0 else variants[::-1]:
+                v.rounds.append(one_round(dsn, v, args.n, start))
+                start += args.n + 100
+    us = 1e6 / args.n
+    print(f"{'variant':<32} {'wall':>8} {'server':>8} {'client':>8}  (µs per insert, median)")
+    for v in variants:
+        wall, server, client = (statistics.median(x[i] for x in v.rounds) for i in range(3))
+        print(f"{v.name:<32} {wall * us:8.1f} {server * us:8.1f} {client * us:8.1f}")
+    with open("/proc/loadavg") as f:
+        print("load average at end:", f.read().split()[:3])
+
+
+if __name__ == "__main__":
+    main()
