@@ -230,11 +230,12 @@ def test_a_version_4_schema_with_tasks_migrates_to_5(
         version = conn.execute(
             sql.SQL("SELECT value FROM {}.meta").format(sql.Identifier(name))
         ).fetchone()
-        indexes = dict(
-            conn.execute(
+        indexes = {
+            str(n): str(d)
+            for n, d in conn.execute(
                 "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", (name,)
-            ).fetchall()
-        )
+            )
+        }
     assert version == ("5",)
     assert "tasks_state" not in indexes
     assert "WHERE (state = ANY" in indexes["tasks_ended"]
@@ -261,7 +262,7 @@ def test_a_version_4_schema_with_tasks_migrates_to_5(
         }
     finally:
         store.close()
-    # a row another program inserts is announced by the schema's trigger, a store's by itself
+    # a row another program inserts is announced by the schema's trigger
     with _admin(dsn) as listening, _admin(dsn) as other:
         listening.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(name))))
         other.execute(

@@ -219,7 +219,7 @@ def test_a_task_deleted_between_the_two_statements_is_inserted_by_the_transactio
     real = inserts.insert_new
     racing: Any = _DeletedAfterTheInsert
     monkeypatch.setattr(
-        inserts, "insert_new", lambda conn, row, mode, *note: real(racing(conn), row, mode, *note)
+        inserts, "insert_new", lambda conn, row, mode: real(racing(conn), row, mode)
     )
     runs.clear()
     got = pg.insert(_task("a", due=500.0), on_conflict="keep").task

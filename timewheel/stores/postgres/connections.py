@@ -103,8 +103,6 @@ class Connections:
         connect_timeout: seconds to wait for a connection.
         origin: set as ``timewheel.origin`` on every pooled connection (the token that marks
             this store's own notifications).
-        quiet: set ``timewheel.quiet`` on every pooled connection: the schema's trigger does not
-            announce the rows they insert (the store's statements announce them themselves).
         on_connect: called with every new pooled connection, configured and idle (a
             reconnect: the store measures the clock again).
     """
@@ -119,12 +117,10 @@ class Connections:
         retries: int,
         connect_timeout: float,
         origin: str = "",
-        quiet: bool = False,
         on_connect: Callable[[Conn], None] | None = None,
     ) -> None:
         self.dsn = dsn
         self.origin = origin
-        self.quiet = quiet
         self.on_connect = on_connect
         self.where = redact(dsn)
         self.schema = schema
@@ -165,8 +161,6 @@ class Connections:
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
         if self.origin:
             conn.execute("SELECT set_config('timewheel.origin', %s, false)", (self.origin,))
-        if self.quiet:
-            conn.execute("SELECT set_config('timewheel.quiet', 'on', false)")
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
         conn.commit()

@@ -48,22 +48,17 @@ from timewheel.stores.sqlite.codec import from_us
 
 __all__ = [
     "NOTIFY_WITHIN",
-    "PAYLOAD_MAX",
     "RECONNECT_MAX",
     "Listener",
     "channel",
     "many_payload",
     "ready_payload",
-    "task_payload",
 ]
 
 log = logging.getLogger("timewheel.stores.postgres")
 
 RECONNECT_MAX = 30.0
 """The longest pause between two attempts to reconnect the listening connection (seconds)."""
-
-PAYLOAD_MAX = 7000
-"""The longest payload announcing one task, in bytes (the server refuses 8,000 and more)."""
 
 _WAIT = 0.5  # how long one wait for notifications lasts (the thread checks for stop between)
 
@@ -72,15 +67,6 @@ def channel(schema: str) -> str:
     """The notification channel of the store in *schema* (the same as the schema's trigger
     computes: ``'timewheel_' || md5(schema)``, short enough for any schema name)."""
     return "timewheel_" + hashlib.md5(schema.encode(), usedforsecurity=False).hexdigest()
-
-
-def task_payload(origin: str, due_us: int, schedule_id: str | None, task_id: str) -> str:
-    """The payload announcing one inserted PENDING task (several PENDING tasks, the earliest due
-    at *due_us*, when the task's ids would make it longer than :data:`PAYLOAD_MAX` bytes)."""
-    payload = json.dumps(["p", origin, due_us, schedule_id, task_id])
-    if len(payload.encode()) > PAYLOAD_MAX:
-        return many_payload(origin, due_us)
-    return payload
 
 
 def many_payload(origin: str, first_due_us: int) -> str:

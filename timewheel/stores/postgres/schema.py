@@ -55,16 +55,15 @@ NOTIFY_WITHIN = 600.0
 """Inserted tasks due within this many seconds (of the server's clock) are announced to listening
 hosts (:mod:`~timewheel.stores.postgres.notify`); later ones are loaded by the schedulers'
 periodic refills of their wheels (every ``horizon / 2``). Written into the schema's trigger by
-migration 3: changing it takes a migration."""
+migrations 3 and 5: changing it takes a migration."""
 
 SERVER_NOW = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 """The server's clock in SQL, in epoch microseconds."""
 
-# The announcement of work inserted by others (see timewheel.stores.postgres.notify): a row
-# trigger whose WHEN clause lets far-future rows, blocked rows and the store's own inserts (its
-# connections set timewheel.quiet: its statements announce what they insert themselves) pass for
-# the price of a comparison; the function runs no query. The channel is derived from the
-# table's schema.
+# The announcement of inserted work (see timewheel.stores.postgres.notify): a row trigger whose
+# WHEN clause lets far-future rows, blocked rows and bulk inserts (a transaction that set
+# timewheel.quiet announces once itself) pass for the price of a comparison; the function runs
+# no query. The channel is derived from the table's schema.
 _NOTIFY_FUNCTION = """CREATE FUNCTION notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE
     origin text := coalesce(current_setting('timewheel.origin', true), '');
@@ -89,8 +88,8 @@ _NOTIFY_TRIGGER = (
     "AND current_setting('timewheel.quiet', true) IS DISTINCT FROM 'on') "
     "EXECUTE FUNCTION notify_inserted()"
 ).replace("{within_us}", str(round(NOTIFY_WITHIN * 1_000_000)))
-# schema 5: the same condition, the setting first (the conditions are evaluated in order, and
-# most inserted rows are the store's own, quiet ones: the clock is not read for them)
+# schema 5: the same condition, the setting first (the conditions are evaluated in order: the
+# rows of a bulk insert pass on the setting alone, the clock not read for each)
 _NOTIFY_TRIGGER_QUIET_FIRST = (
     "CREATE TRIGGER tasks_inserted AFTER INSERT ON tasks FOR EACH ROW "
     "WHEN (current_setting('timewheel.quiet', true) IS DISTINCT FROM 'on' AND NEW.unmet = 0 "
@@ -194,8 +193,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # 4 -> 5: cheaper inserts. The index of tasks by state and end time holds ended tasks only
     # (a new task adds no entry to it; the other states are counted along their own partial
-    # indexes, see COUNT_BY_STATE), and the store's own inserts pass the trigger on the setting
-    # alone (they announce themselves)
+    # indexes, see COUNT_BY_STATE), and the rows of bulk inserts pass the trigger on the setting
+    # alone
     (
         f"CREATE INDEX tasks_ended ON tasks (state, updated) WHERE {ENDED_SQL}",
         "DROP INDEX tasks_state",

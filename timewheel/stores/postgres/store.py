@@ -186,7 +186,6 @@ class PostgresStore(InspectionQueries, Store):
             retries=retries,
             connect_timeout=timeout,
             origin=self.origin,
-            quiet=True,  # its inserts announce themselves (see inserts)
             on_connect=self._connected,
         )
         self.where = self._connections.where
@@ -299,6 +298,11 @@ class PostgresStore(InspectionQueries, Store):
         if self._clocks.due():
             self._clocks.remeasure(conn, "periodically")
 
+    def _quiet(self, conn: Conn) -> None:
+        """The rest of this transaction inserts without a notification per row: a bulk insert
+        announces itself once (:meth:`_announce_many`)."""
+        conn.execute("SELECT set_config('timewheel.quiet', 'on', true)")
+
     def _announce_many(self, conn: Conn, first_due_us: int) -> None:
         """Tell listening hosts to look for PENDING work bulk-inserted in this transaction, the
         earliest due at *first_due_us*, if that is within ``NOTIFY_WITHIN`` of the server's
@@ -375,7 +379,7 @@ class PostgresStore(InspectionQueries, Store):
             row = TASKS.encode(policy.as_inserted(task))
             done: Changed | None = self._write(
                 "inserting a task",
-                lambda conn: inserts.insert_new(conn, row, on_conflict, self._channel, self.origin),
+                lambda conn: inserts.insert_new(conn, row, on_conflict),
                 autocommit=True,
             )
             if done is not None:
@@ -385,10 +389,8 @@ class PostgresStore(InspectionQueries, Store):
         )
         return result
 
-    def _insert_in(
-        self, conn: Conn, task: Task, on_conflict: OnConflict, *, announce: bool = True
-    ) -> Changed:
-        """``insert`` inside *conn*'s transaction (announced, unless the caller announces)."""
+    def _insert_in(self, conn: Conn, task: Task, on_conflict: OnConflict) -> Changed:
+        """``insert`` inside *conn*'s transaction."""
         row = TASKS.encode(policy.as_inserted(task))
         old = conn.execute((_SEL_ID + " FOR UPDATE").encode(), (task.id,)).fetchone()
         if old is not None and policy.keep_existing(task.id, _STATES[old[_STATE]], on_conflict):
@@ -407,10 +409,7 @@ class PostgresStore(InspectionQueries, Store):
             row[_VERSION] = old[_VERSION] + 1
             conn.execute("DELETE FROM deps WHERE downstream = %s", (task.id,))
             conn.execute("DELETE FROM tasks WHERE id = %s", (task.id,))
-        if announce:
-            inserts.insert_row(conn, row, self._channel, self.origin)
-        else:
-            conn.execute(_INS.encode(), row)
+        conn.execute(_INS.encode(), row)
         if count.waits_on:
             with conn.cursor() as cur:
                 cur.executemany(
@@ -451,14 +450,13 @@ class PostgresStore(InspectionQueries, Store):
             }
             plan = policy.plan_batch(tasks, on_conflict, existing)
             if plan.bulk:
+                self._quiet(conn)  # one notification for the batch, not one per row
                 # COPY: one statement streams every row (the fastest bulk insert PostgreSQL has)
                 rows = encoded if len(plan.bulk) == len(fresh) else TASKS.encode_many(plan.bulk)
                 with conn.cursor() as cur, cur.copy(_COPY) as copy:
                     for row in rows:
                         copy.write_row(row)
-            changed = {
-                t.id: self._insert_in(conn, t, on_conflict, announce=False) for t in plan.one_by_one
-            }
+            changed = {t.id: self._insert_in(conn, t, on_conflict) for t in plan.one_by_one}
             if plan.bulk:
                 dues = [t.due for t in plan.bulk] + [c.task.due for c in changed.values()]
                 self._announce_many(conn, to_us(min(dues)))
@@ -482,6 +480,7 @@ class PostgresStore(InspectionQueries, Store):
         first_due = to_us(min(batch.dues))
 
         def work(conn: Conn) -> None:
+            self._quiet(conn)  # one notification for the batch, not one per row
             try:
                 with conn.transaction(), conn.cursor() as cur, cur.copy(_COPY) as copy:
                     for row in rows:
@@ -584,8 +583,8 @@ class PostgresStore(InspectionQueries, Store):
                 rows = [r[2:] for r in got if r[2] is not None]
             if succ_rows:
                 # deterministic instance ids: a slot another host materialised is kept; not
-                # announced (a plain insert): each host carrying the schedule computes its
-                # successors itself
+                # announced: each host carrying the schedule computes its successors itself
+                self._quiet(conn)
                 with conn.cursor() as cur:
                     cur.executemany(_INS_IGNORE.encode(), succ_rows)
             return rows
@@ -860,7 +859,7 @@ class PostgresStore(InspectionQueries, Store):
                         first_row[_VERSION] = ex[1] + 1
                         conn.execute("DELETE FROM deps WHERE downstream = %s", (first_row[_ID],))
                         conn.execute("DELETE FROM tasks WHERE id = %s", (first_row[_ID],))
-                    inserts.insert_row(conn, first_row, self._channel, self.origin)
+                    conn.execute(_INS.encode(), first_row)
             return SCHEDULES.decode(tuple(srow))
 
         result: ScheduleRecord = self._write("storing a schedule", work)
