@@ -26,6 +26,10 @@ its processes) and this thread's CPU.
   (a scheduler never started, as an application process that only enqueues): the library's
   client side is its thread CPU less ``row``'s.
 
+``--client`` instead measures this thread's CPU per ``schedule()`` with the store's parts
+replaced one by one by nothing (its insert; the statement; nothing), so each part's share is the
+difference of two lines.
+
 ``--only NAME,...`` runs some variants (``floor`` and ``row`` are always run, as the baseline).
 """
 
@@ -263,16 +267,62 @@ def one_round(dsn: str, v: Variant, n: int, start: int) -> tuple[float, float, f
     return wall, server, client
 
 
+def client_pieces(dsn: str, rounds: int, n: int) -> None:
+    """This thread's CPU per ``schedule()``, the store's parts replaced one by one by nothing:
+    what each part of the client's path costs (``--client``)."""
+    from timewheel.stores import policy
+    from timewheel.stores.base import Changed
+
+    store = PostgresStore(dsn, schema="client")
+    sched = tw.Scheduler(store=store, allow=["bench_postgres"])
+    real_new, real_insert = inserts.insert_new, store.insert
+
+    def no_statement(conn: Any, row: list[Any], *rest: Any) -> Any:
+        return Changed(TASKS.decode(tuple(row)))
+
+    def encode_only(task: Any, on_conflict: Any = "error") -> Any:
+        policy.check_task(task)
+        return Changed(TASKS.decode(tuple(TASKS.encode(policy.as_inserted(task)))))
+
+    pieces: dict[str, list[float]] = {}
+    try:
+        for _ in range(rounds):
+            for label, insert, new in (
+                ("schedule(), the store's insert doing nothing", lambda t, **_: Changed(t), None),
+                ("+ checking, as_inserted, encoding and decoding the row", encode_only, None),
+                ("+ the pool's connection, autocommit, retries (no statement)", None, no_statement),
+                ("schedule(), the store's insert", None, None),
+            ):
+                store.insert = insert or real_insert  # type: ignore[method-assign,assignment]
+                inserts.insert_new = new or real_new  # type: ignore[assignment]
+                t = time.thread_time()
+                for i in range(n):
+                    sched.schedule(noop_job, i, delay=0)
+                pieces.setdefault(label, []).append((time.thread_time() - t) / n * 1e6)
+    finally:
+        store.insert, inserts.insert_new = real_insert, real_new  # type: ignore[method-assign]
+        sched.shutdown()
+        store.close()
+    print(f"{'client CPU per schedule() (best round)':<62} µs")
+    for label, got in pieces.items():
+        print(f"{label:<62} {min(got):6.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--client", action="store_true", help="the client's pieces instead")
     args = ap.parse_args()
     only = None if args.only is None else set(args.only.split(","))
     with open("/proc/loadavg") as f:
         print("load average at start:", f.read().split()[:3])
+    if args.client:
+        with database(args.dsn) as dsn:
+            client_pieces(dsn, args.rounds, args.n)
+        return
     with database(args.dsn) as dsn:
         variants = build(dsn, only)
         for v in variants:
