@@ -93,7 +93,8 @@ _NOTIFY_TRIGGER = (
 _NOTIFY_TRIGGER_QUIET_FIRST = (
     "CREATE TRIGGER tasks_inserted AFTER INSERT ON tasks FOR EACH ROW "
     "WHEN (current_setting('timewheel.quiet', true) IS DISTINCT FROM 'on' AND NEW.unmet = 0 "
-    f"AND (NEW.state = 'ready' OR (NEW.state = 'pending' AND NEW.due < {SERVER_NOW} + {round(NOTIFY_WITHIN * 1_000_000)}))) "
+    "AND (NEW.state = 'ready' OR (NEW.state = 'pending' "
+    f"AND NEW.due < {SERVER_NOW} + {round(NOTIFY_WITHIN * 1_000_000)}))) "
     "EXECUTE FUNCTION notify_inserted()"
 )
 
