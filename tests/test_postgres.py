@@ -186,7 +186,95 @@ def test_a_version_3_schema_gains_the_start_column(
         row = conn.execute(
             sql.SQL("SELECT value FROM {}.meta").format(sql.Identifier(name))
         ).fetchone()
-    assert row == (str(SCHEMA_VERSION),) == ("4",)
+    assert row == (str(SCHEMA_VERSION),) == ("5",)
+
+
+def test_a_version_4_schema_with_tasks_migrates_to_5(
+    postgres_schemas: Schemas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``timewheel migrate`` of a schema 4 store holding tasks in every state: the tasks stay,
+    the index of tasks by state holds ended tasks only, the counts and inspection queries
+    answer as before, and rows inserted by others are still announced by the trigger."""
+    from timewheel.stores.postgres import schema as pg_schema
+    from timewheel.stores.postgres.notify import channel
+
+    dsn, name = postgres_schemas()
+    url = f"{dsn}?schema={name}"
+    with monkeypatch.context() as m:
+        m.setattr(pg_schema, "MIGRATIONS", pg_schema.MIGRATIONS[:4])
+        m.setattr(pg_schema, "SCHEMA_VERSION", 4)
+        old = PostgresStore(dsn, schema=name)
+        try:
+            for tid in ("pending", "ready", "running", "done", "failed"):
+                old.insert(_task(tid, due=1.0))
+            old.insert(
+                Task(id="waiting", func="tests.apps.worker_app:record", due=1.0, after=("pending",))
+            )
+            old.promote(["ready", "running", "done", "failed"], 2.0)
+            for tid in ("running", "done", "failed"):
+                assert old.claim(tid, expected_version=1, owner="w", lease_expires=9.0, now=3.0)
+            old.finish("done", owner="w", state=TaskState.SUCCEEDED, now=4.0)
+            old.finish("failed", owner="w", state=TaskState.FAILED, now=5.0, error="boom")
+            before = {t.id: t for t in old.tasks()}
+            counts = old.count_by_state()
+        finally:
+            old.close()
+    assert counts == {
+        TaskState.PENDING: 2,
+        TaskState.READY: 1,
+        TaskState.RUNNING: 1,
+        TaskState.SUCCEEDED: 1,
+        TaskState.FAILED: 1,
+    }
+    assert main(["migrate", "--store", url], out=io.StringIO()) == 0
+    with _admin(dsn) as conn:
+        version = conn.execute(
+            sql.SQL("SELECT value FROM {}.meta").format(sql.Identifier(name))
+        ).fetchone()
+        indexes = {
+            str(n): str(d)
+            for n, d in conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", (name,)
+            )
+        }
+    assert version == ("5",)
+    assert "tasks_state" not in indexes
+    assert "WHERE (state = ANY" in indexes["tasks_ended"]
+    store = open_store(url, create=False)
+    try:
+        assert isinstance(store, PostgresStore)
+        assert {t.id: t for t in store.tasks()} == before
+        assert store.count_by_state() == counts
+        assert store.count_by_queue() == {"default": counts}
+        assert [t.id for t in store.tasks(state=TaskState.FAILED)] == ["failed"]
+        assert [t.id for t in store.recent_failures()] == ["failed"]
+        assert [e[0] for e in store.ended_since(0.0, limit=5)] == [
+            TaskState.FAILED,
+            TaskState.SUCCEEDED,
+        ]
+        store.insert(_task("new", due=6.0))
+        assert store.count_by_state()[TaskState.PENDING] == 3
+        assert store.prune(before=100.0, states=[TaskState.SUCCEEDED]) == 1
+        assert store.prune(before=100.0) == 1
+        assert store.count_by_state() == {
+            TaskState.PENDING: 3,
+            TaskState.READY: 1,
+            TaskState.RUNNING: 1,
+        }
+    finally:
+        store.close()
+    # a row another program inserts is announced by the schema's trigger
+    with _admin(dsn) as listening, _admin(dsn) as other:
+        listening.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(name))))
+        other.execute(
+            sql.SQL(
+                "INSERT INTO {}.tasks (id, func, args, kwargs, due, state, version, attempts, "
+                "priority, queue, created, updated) VALUES ('by-sql', 'tests.apps.worker_app:"
+                "record', '[]', '{{}}', 0, 'pending', 0, 0, 0, 'default', 0, 0)"
+            ).format(sql.Identifier(name))
+        )
+        (note,) = list(listening.notifies(timeout=30, stop_after=1))
+        assert note.payload == '["p", "", 0, null, "by-sql"]'
 
 
 def test_inspection_queries_can_use_their_indexes(

@@ -28,7 +28,7 @@ import psycopg
 
 from timewheel.clock import Clock, ShiftedClock
 
-__all__ = ["CLOCK_WARNING", "REMEASURE_EVERY", "SERVER_NOW_US", "ServerClocks", "measure"]
+__all__ = ["CLOCK_WARNING", "REMEASURE_EVERY", "ServerClocks", "measure"]
 
 log = logging.getLogger("timewheel.stores.postgres")
 
@@ -37,9 +37,6 @@ CLOCK_WARNING = 1.0
 
 REMEASURE_EVERY = 30.0
 """Seconds between two measurements on the listening connection (drift, a stepped clock)."""
-
-SERVER_NOW_US = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
-"""SQL: the server's clock, in epoch microseconds (the encoding of stored instants)."""
 
 _SAMPLES = 3
 _SERVER_NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"

@@ -27,7 +27,6 @@ from typing import Any
 from timewheel.stores import policy
 from timewheel.stores.base import Changed, OnConflict
 from timewheel.stores.postgres import schema
-from timewheel.stores.postgres.clocks import SERVER_NOW_US
 from timewheel.stores.postgres.connections import Conn
 from timewheel.stores.sqlite.codec import TASKS
 from timewheel.task import TaskState
@@ -46,7 +45,7 @@ server and the client less than a form that also returns a conflicting row.)"""
 _EXISTING = (schema.SELECT_TASKS + " WHERE id = %s").encode()
 
 # the state's parameter is the row's due time: READY if the server's clock finds it due
-_STATE_IF_DUE = f"CASE WHEN %s::bigint <= {SERVER_NOW_US} THEN 'ready' ELSE 'pending' END"
+_STATE_IF_DUE = f"CASE WHEN %s::bigint <= {schema.SERVER_NOW} THEN 'ready' ELSE 'pending' END"
 _VALUES = ", ".join(_STATE_IF_DUE if name == "state" else "%s" for name in TASKS.names)
 INSERT_DUE = f"INSERT INTO tasks ({schema.TASK_COLUMNS}) VALUES ({_VALUES}) RETURNING state"
 """One encoded row of a task already due by its own clock, READY when the server's clock finds

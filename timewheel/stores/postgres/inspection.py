@@ -60,7 +60,8 @@ class InspectionQueries:
         """The last *limit* tasks that ended FAILED, TIMED_OUT or UPSTREAM_FAILED, newest first."""
         sts = [s.value for s in policy.REPORTED_FAILURES]
         rows = self.read_rows(
-            _SEL + " WHERE state = ANY(%s) ORDER BY updated DESC, id LIMIT %s",
+            f"{_SEL} WHERE {policy.ENDED_SQL} AND state = ANY(%s) ORDER BY updated DESC, id "
+            "LIMIT %s",
             (sts, max(limit, 0)),
         )
         return [TASKS.decode(r) for r in rows]
@@ -93,12 +94,12 @@ class InspectionQueries:
 
     def count_by_queue(self) -> dict[str, dict[TaskState, int]]:
         """Tasks per queue and state, in one statement (one snapshot): the queues other than
-        the default one along their index of queue and state, every queue by state."""
+        the default one along their index of queue and state, every queue by state (along each
+        state's own index, :data:`~timewheel.stores.postgres.schema.COUNT_BY_STATE`)."""
         return policy.queue_counts(
             self.read_rows(
                 f"SELECT queue, state, count(*) FROM tasks WHERE {policy.OTHER_QUEUES_SQL} "
-                "GROUP BY queue, state UNION ALL SELECT NULL, state, count(*) FROM tasks "
-                "GROUP BY state"
+                f"GROUP BY queue, state UNION ALL SELECT NULL, s.* FROM ({schema.COUNT_BY_STATE}) s"
             )
         )
 

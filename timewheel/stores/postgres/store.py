@@ -38,7 +38,7 @@ from timewheel.stores.base import (
     WorkListener,
 )
 from timewheel.stores.postgres import inserts, runs, schema
-from timewheel.stores.postgres.clocks import CLOCK_WARNING, SERVER_NOW_US, ServerClocks, measure
+from timewheel.stores.postgres.clocks import CLOCK_WARNING, ServerClocks, measure
 from timewheel.stores.postgres.connections import Conn, Connections, parse_url
 from timewheel.stores.postgres.inspection import InspectionQueries
 from timewheel.stores.postgres.notify import Listener, channel, many_payload, ready_payload
@@ -82,7 +82,8 @@ _SINS = (
     f"VALUES ({', '.join(['%s'] * len(SCHEDULES.names))})"
 )
 _RETURNING = runs.RETURNING
-_SERVER_NOW = SERVER_NOW_US
+# the server's clock, once per statement, in epoch microseconds
+_SERVER_NOW = schema.SERVER_NOW
 _WITHIN_US = round(schema.NOTIFY_WITHIN * 1_000_000)
 # promotion: the server's time is returned with the moved rows (a row of NULLs when none moved),
 # and READY work is announced (once per transaction) when some moved; on the server's clock
@@ -766,8 +767,11 @@ class PostgresStore(InspectionQueries, Store):
         return [TASKS.decode(r) for r in rows]
 
     def count_by_state(self) -> dict[TaskState, int]:
-        rows = self._read("SELECT state, count(*) FROM tasks GROUP BY state")
-        return {_STATES[s]: n for s, n in rows if n}
+        counts: dict[TaskState, int] = {}
+        for s, n in self._read(schema.COUNT_BY_STATE):
+            if n:
+                counts[_STATES[s]] = counts.get(_STATES[s], 0) + n
+        return counts
 
     def tasks(
         self,
@@ -786,7 +790,7 @@ class PostgresStore(InspectionQueries, Store):
             )
             if not states:
                 return []
-            where.append("state = ANY(%s)")
+            where.append(schema.states_condition(states))
             params.append(states)
         if schedule_id is not None:
             where.append("schedule_id = %s")
@@ -836,8 +840,8 @@ class PostgresStore(InspectionQueries, Store):
             ids = [
                 r[0]
                 for r in conn.execute(
-                    "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE state = ANY(%s) "
-                    "AND updated < %s AND NOT (id = ANY(%s)) "
+                    "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE "
+                    f"{schema.states_condition(sts)} AND updated < %s AND NOT (id = ANY(%s)) "
                     "LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id",
                     (sts, before_us, kept, batch),
                 )
