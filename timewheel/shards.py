@@ -20,7 +20,7 @@ so an owner that changes the table from several threads holds its own lock.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, MutableMapping, Sequence
 from typing import Any, TypeVar, overload
 
 __all__ = ["SHARDS", "SHARD_MASK", "ShardedDict"]
@@ -29,6 +29,7 @@ __all__ = ["SHARDS", "SHARD_MASK", "ShardedDict"]
 SHARDS = 16
 #: ``hash(key) & SHARD_MASK`` is the index of the dict holding *key*
 SHARD_MASK = SHARDS - 1
+_MASK = SHARD_MASK.__and__  # hash(key) & SHARD_MASK, for map()
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -58,6 +59,24 @@ class ShardedDict(MutableMapping[K, V]):
         self.shards: tuple[dict[K, V], ...] = tuple(make() for _ in range(SHARDS))
         for key, value in items:
             self.shards[hash(key) & SHARD_MASK][key] = value
+
+    def has_any(self, keys: Sequence[K]) -> bool:
+        """Whether any of *keys* is in the table, in one pass in C."""
+        shards = self.shards
+        return any(
+            map(dict.__contains__, map(shards.__getitem__, map(_MASK, map(hash, keys))), keys)
+        )
+
+    def assign(self, keys: Sequence[K], values: Iterable[V]) -> None:
+        """``table[k] = v`` for each key of *keys* and the value in the same position, in one pass
+        in C (``dict.__setitem__`` returns None, so ``any`` runs through them all). Earned its
+        place in benchmarks/bench_batch.py --memory (``TimingWheel.add_many`` of a batch)."""
+        shards = self.shards
+        any(
+            map(
+                dict.__setitem__, map(shards.__getitem__, map(_MASK, map(hash, keys))), keys, values
+            )
+        )
 
     def shard(self, key: K) -> dict[K, V]:
         """The dict that holds (or would hold) *key*."""
