@@ -21,6 +21,7 @@ from timewheel.errors import (
     TaskNotFoundError,
 )
 from timewheel.events import Event
+from timewheel.options import CounterIds
 from timewheel.stores.base import NewTasks, Store, SupportsNewTasks
 from timewheel.task import Task, TaskState
 from timewheel.testing import FakeClock
@@ -433,3 +434,23 @@ def test_a_batch_fires_when_and_in_the_order_one_by_one_would(
     _CLOCKS.clear()
     assert runs[0] == runs[1]
     assert runs[0] == sorted(runs[0], key=lambda run: (base + offsets[run[1]], run[1]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(calls=st.lists(st.integers(min_value=0, max_value=700), max_size=12))
+def test_a_batch_takes_the_ids_one_call_at_a_time_would(calls: list[int]) -> None:
+    """``CounterIds.take(n)`` gives the ids *n* calls would, and the counter goes on after them
+    (across the 256-id blocks whose prefix is formatted once)."""
+    ids = CounterIds()
+    prefix = ids.next().rsplit("-", 1)[0]
+    counter, got = 1, []
+    for n in calls:
+        if n == 0:
+            got.append(ids.next())
+            counter += 1
+            continue
+        got.extend(ids.take(n))
+        counter += n
+    want = [f"{prefix}-{k:x}" for k in range(2, counter + 1)]
+    assert got == want
+    assert ids.next() == f"{prefix}-{counter + 1:x}"

@@ -34,10 +34,10 @@ from timewheel.jobs import Job, Jobs, Step, TaskFunction, step
 from timewheel.loop import TriggerLoop
 from timewheel.options import (
     SCHEDULE_OPTIONS,
+    CounterIds,
     OneShotOptions,
     RecurringOptions,
     Series,
-    counter_ids,
     prepare,
     unknown_options,
 )
@@ -150,7 +150,8 @@ class Scheduler:
         }
         self._state: Literal["created", "running", "stopped", "inherited"] = "created"
         self._assemble(dispatcher if dispatcher is not None else ThreadPoolDispatcher())
-        self._new_id = counter_ids()
+        self._ids = CounterIds()
+        self._new_id = self._ids.next
         # the fast path of schedule(): compact records, when the store keeps them
         self._compact = self._store if isinstance(self._store, SupportsCompactInsert) else None
         # the clock's time(); the system clock's own function when it is the plain system clock
@@ -285,7 +286,8 @@ class Scheduler:
         runtime is used again, and the first call decides (:meth:`_adopt`).
         """
         self._lock = threading.Lock()
-        self._new_id = counter_ids()  # the parent goes on counting from the same numbers
+        self._ids = CounterIds()  # the parent goes on counting from the same numbers
+        self._new_id = self._ids.next
         if self._state != "running":
             return  # never started: nothing of it ran in the parent; usable as it is
         self._state = "inherited"
@@ -502,7 +504,7 @@ class Scheduler:
         Returns the :class:`Job` handles, one per item, in order, as a :class:`Jobs` sequence
         that makes each handle when it is read (see ``docs/batches.md``)."""
         self._accepting()
-        ids = self._runtime.schedule_many(items, dict(options, delay=delay), new_id=self._new_id)
+        ids = self._runtime.schedule_many(items, dict(options, delay=delay), new_id=self._ids)
         return Jobs(self._runtime, ids)
 
     def chain(self, *steps: Step | Callable[..., Any], when: str = "all_success") -> list[Job]:
