@@ -498,14 +498,12 @@ class Scheduler:
     ) -> Jobs:
         """Schedule many one-shot tasks in one store step: all of them or, on any error, none.
 
-        *items*: ``step(func, *args, **options)``, ``(func, args, kwargs, options)`` tuples (or
-        shorter) or callables; keywords are every item's defaults, *on_conflict* the batch's.
-        Each item is checked before anything is stored; an error names the item's index.
-        Returns the :class:`Job` handles, one per item, in order, as a :class:`Jobs` sequence
-        that makes each handle when it is read (see ``docs/batches.md``)."""
+        *items*: ``step(f, *args, **options)``, ``(f, args, kwargs, options)`` tuples (or shorter)
+        or callables; keywords: every item's defaults, *on_conflict* the batch's. Each item is
+        checked first (an error names its index). Returns a :class:`Jobs` of handles, in order."""
         self._accepting()
-        ids = self._runtime.schedule_many(items, dict(options, delay=delay), new_id=self._ids)
-        return Jobs(self._runtime, ids)
+        runtime, defaults = self._runtime, dict(options, delay=delay)
+        return Jobs(runtime, runtime.schedule_many(items, defaults, new_id=self._ids))
 
     def chain(self, *steps: Step | Callable[..., Any], when: str = "all_success") -> list[Job]:
         """Schedule a linear pipeline: each step runs after the previous one (per *when*).

@@ -11,6 +11,7 @@ from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterator, Sequence
 from heapq import heapify, heappop, heappush
 from itertools import chain, repeat
+from operator import setitem
 from typing import Generic, TypeVar
 
 from timewheel.errors import DuplicateKeyError
@@ -369,9 +370,7 @@ class TimingWheel(Generic[K]):
             return
         index, add, tps = self._index.shards, self.add, self._ticks_per_second
         floor, big, first_second = _floor, _BIG, self._next_second_tick // tps
-        # second -> its slot's segments (above the ticks): a dict, not a sort by due time, which
-        # cost 0.5 us a key (benchmarks/bench_batch.py --memory, a due time each)
-        slots: dict[int, list[dict[K, float]]] = {}
+        slots: dict[int, list[dict[K, float]]] = {}  # second -> its slot's segments: no sort
         last_second = -1  # the second of the key before (consecutive keys often share one)
         segments: list[dict[K, float]] | None = None  # its slot's segments
         for key, due in zip(keys, dues, strict=True):
@@ -412,8 +411,8 @@ class TimingWheel(Generic[K]):
                 return False
             ends.append(end)
             end = self._slot_end(end)
-        shards = self._index.shards
-        if self._index.has_any(keys) or len(set(keys)) != len(keys):
+        shards, holders = self._index.shards, self._index.holders(keys)
+        if any(map(dict.__contains__, holders, keys)) or len(set(keys)) != len(keys):
             return False  # add() names the key
         parts = split_at_ticks(keys, dues, tps, ends)
         placed: list[dict[K, float]] = []  # each key's segment, in the order of the parts
@@ -433,7 +432,9 @@ class TimingWheel(Generic[K]):
                 segment.update(zip(chunk, part_dues[done:upto], strict=True))
                 placed.extend(repeat(segment, upto - done))
                 done = upto
-        self._index.assign(list(chain.from_iterable(part for part, _ in parts)), placed)
+        if len(parts) > 1:  # the index entries in the parts' order
+            holders = self._index.holders(keys := list(chain.from_iterable(p for p, _ in parts)))
+        any(map(setitem, holders, keys, placed))  # in C: setitem returns None, any() runs through
         return True
 
     def _slot_end(self, tick: int) -> int:
