@@ -21,6 +21,7 @@ from timewheel.errors import (
     TaskNotFoundError,
 )
 from timewheel.events import Event
+from timewheel.options import CounterIds
 from timewheel.stores.base import NewTasks, Store, SupportsNewTasks
 from timewheel.task import Task, TaskState
 from timewheel.testing import FakeClock
@@ -385,3 +386,71 @@ def test_insert_new_refuses_an_existing_id_and_stores_nothing(
     store.insert_new(NewTasks(template, ["a", "c"], [func] * 2, [(1,), (3,)], [{}] * 2, [T] * 2))
     assert store.get("c").args == (3,)
     store.close()
+
+
+# -- a batch with a due time each fires as the same tasks scheduled one by one ---------------------
+STAMPS: list[tuple[float, int]] = []
+_CLOCKS: list[FakeClock] = []
+
+
+def stamp(i: int) -> None:
+    """Record the fake clock's time and the task's number when it runs."""
+    STAMPS.append((_CLOCKS[-1].time(), i))
+
+
+_OFFSET = st.one_of(
+    st.sampled_from([-1.0, 0.0, 0.5, 1.0, 59.0, 60.0, 61.5, 3599.0, 3600.0, 7200.0, 86400.0]),
+    st.floats(min_value=-2, max_value=2 * 86400, allow_nan=False),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(offsets=st.lists(_OFFSET, min_size=1, max_size=40), delay=st.booleans())
+def test_a_batch_fires_when_and_in_the_order_one_by_one_would(
+    offsets: list[float], delay: bool
+) -> None:
+    """Items with their own ``at=`` (or ``delay=``): the batch's tasks fire at the same instants
+    and in the same order (due time, then the batch's order, past due times too) as the same tasks scheduled one by
+    one, and none fires before its due time."""
+    runs = []
+    for batched in (True, False):
+        sched, clock = _sched()
+        _CLOCKS.append(clock)
+        STAMPS.clear()
+        with sched:
+            base = clock.time()
+            options: list[dict[str, Any]] = [
+                {"delay": o} if delay else {"at": base + o} for o in offsets
+            ]
+            if batched:
+                sched.schedule_many([(stamp, (i,), None, o) for i, o in enumerate(options)])
+            else:
+                for i, o in enumerate(options):
+                    sched.schedule(stamp, i, **o)
+            clock.advance(max(offsets) + 2 - min(0.0, min(offsets)))
+        runs.append(list(STAMPS))
+        assert sorted(i for _, i in STAMPS) == list(range(len(offsets)))
+        assert all(t >= base + offsets[i] for t, i in STAMPS)
+    _CLOCKS.clear()
+    assert runs[0] == runs[1]
+    assert runs[0] == sorted(runs[0], key=lambda run: (base + offsets[run[1]], run[1]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(calls=st.lists(st.integers(min_value=0, max_value=700), max_size=12))
+def test_a_batch_takes_the_ids_one_call_at_a_time_would(calls: list[int]) -> None:
+    """``CounterIds.take(n)`` gives the ids *n* calls would, and the counter goes on after them
+    (across the 256-id blocks whose prefix is formatted once)."""
+    ids = CounterIds()
+    prefix = ids.next().rsplit("-", 1)[0]
+    counter, got = 1, []
+    for n in calls:
+        if n == 0:
+            got.append(ids.next())
+            counter += 1
+            continue
+        got.extend(ids.take(n))
+        counter += n
+    want = [f"{prefix}-{k:x}" for k in range(2, counter + 1)]
+    assert got == want
+    assert ids.next() == f"{prefix}-{counter + 1:x}"

@@ -125,6 +125,43 @@ class WheelVersusHeap(RuleBasedStateMachine):
         for j in range(count):
             self.add_at(first + j, self.now + offset + spread * j / count)
 
+    @rule(
+        keys=st.lists(st.integers(min_value=0, max_value=220), min_size=1, max_size=30),
+        offset=st.sampled_from([0.4, 2.5, 90.0, 2 * 60.0, 1.5 * HOUR, 1.2 * DAY, 30 * DAY]),
+        spread=st.sampled_from([0.0, 0.5, 3.0, 70.0, HOUR, 3 * DAY]),
+        data=st.data(),
+    )
+    def add_batch(self, keys: list[int], offset: float, spread: float, data: st.DataObject) -> None:
+        """``add_many``: the keys in the batch's order, due times spread over one or more slots
+        (ties among them and with pending keys); a key pending or repeated raises as ``add``
+        does, with the keys before it placed."""
+        dues = [
+            self.now + offset + data.draw(st.sampled_from([0.0, spread / 2, spread])) for _ in keys
+        ]
+        tie: bool = data.draw(st.booleans())
+        if tie and self.live:  # a tie with a pending key
+            dues[0] = self.live[data.draw(st.sampled_from(sorted(self.live)))][0]
+        placed = 0
+        seen: set[int] = set()
+        for key in keys:
+            if key in self.live or key in seen:
+                break
+            seen.add(key)
+            placed += 1
+        if placed < len(keys):
+            try:
+                self.wheel.add_many(keys, dues)
+            except DuplicateKeyError:
+                pass
+            else:
+                raise AssertionError(f"a repeated key of {keys} accepted")
+        else:
+            self.wheel.add_many(keys, dues)
+        for key, due in zip(keys[:placed], dues[:placed], strict=True):
+            self.seq += 1
+            self.live[key] = (due, self.seq)
+            heapq.heappush(self.heap, (due, self.seq, key))
+
     @rule(first=st.integers(min_value=100, max_value=160), every=st.integers(1, 4))
     def cancel_many(self, first: int, every: int) -> None:
         """Cancel every n-th key of a bulk-added run: slots shrink without emptying segments."""

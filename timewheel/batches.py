@@ -28,7 +28,7 @@ from operator import itemgetter
 from typing import Any
 
 from timewheel.jobs import Step, TaskFunction
-from timewheel.options import BIG_DELAY, PLAIN_NUMBERS, build_task, due_time
+from timewheel.options import BIG_DELAY, PLAIN_NUMBERS, IdBatches, build_task, due_time
 from timewheel.refs import Allowlist, check_json, check_json_args
 from timewheel.stores.base import NewTasks
 from timewheel.task import EMPTY_KWARGS
@@ -48,14 +48,17 @@ _COUNTER_BITS = 20  # ids per random draw of a durable batch's ids
 def new_ids(n: int, *, durable: bool, now: float, new_id: Callable[[], str]) -> list[str]:
     """Ids for *n* new tasks without an ``id=``.
 
-    Not durable: the scheduler's own *new_id*, as ``schedule()`` names tasks (taken from its
-    iterator at once when it is an iterator's ``__next__``, as the scheduler's is). Durable: 32 hex
+    Not durable: the scheduler's own *new_id*, as ``schedule()`` names tasks (taken at once
+    when it is :class:`~timewheel.options.IdBatches`, as the scheduler's is, or an iterator's
+    ``__next__``). Durable: 32 hex
     digits laid out as an RFC 9562 version 7 UUID: the milliseconds of *now* (48 bits), then
     random bits drawn once per batch (54 of them) and a 20-bit counter, so ids are unique across
     the processes sharing the store (two batches in the same millisecond collide with
     probability 2**-54) and ascending within a batch and over time.
     """
     if not durable:
+        if isinstance(new_id, IdBatches):
+            return new_id.take(n)
         source = getattr(new_id, "__self__", None)
         if isinstance(source, Iterator):  # an iterator's __next__: its next n, in one C call
             return list(islice(source, n))

@@ -34,10 +34,10 @@ from timewheel.jobs import Job, Jobs, Step, TaskFunction, step
 from timewheel.loop import TriggerLoop
 from timewheel.options import (
     SCHEDULE_OPTIONS,
+    CounterIds,
     OneShotOptions,
     RecurringOptions,
     Series,
-    counter_ids,
     prepare,
     unknown_options,
 )
@@ -150,7 +150,8 @@ class Scheduler:
         }
         self._state: Literal["created", "running", "stopped", "inherited"] = "created"
         self._assemble(dispatcher if dispatcher is not None else ThreadPoolDispatcher())
-        self._new_id = counter_ids()
+        self._ids = CounterIds()
+        self._new_id = self._ids.next
         # the fast path of schedule(): compact records, when the store keeps them
         self._compact = self._store if isinstance(self._store, SupportsCompactInsert) else None
         # the clock's time(); the system clock's own function when it is the plain system clock
@@ -285,7 +286,8 @@ class Scheduler:
         runtime is used again, and the first call decides (:meth:`_adopt`).
         """
         self._lock = threading.Lock()
-        self._new_id = counter_ids()  # the parent goes on counting from the same numbers
+        self._ids = CounterIds()  # the parent goes on counting from the same numbers
+        self._new_id = self._ids.next
         if self._state != "running":
             return  # never started: nothing of it ran in the parent; usable as it is
         self._state = "inherited"
@@ -496,14 +498,12 @@ class Scheduler:
     ) -> Jobs:
         """Schedule many one-shot tasks in one store step: all of them or, on any error, none.
 
-        *items*: ``step(func, *args, **options)``, ``(func, args, kwargs, options)`` tuples (or
-        shorter) or callables; keywords are every item's defaults, *on_conflict* the batch's.
-        Each item is checked before anything is stored; an error names the item's index.
-        Returns the :class:`Job` handles, one per item, in order, as a :class:`Jobs` sequence
-        that makes each handle when it is read (see ``docs/batches.md``)."""
+        *items*: ``step(f, *args, **options)``, ``(f, args, kwargs, options)`` tuples (or shorter)
+        or callables; keywords: every item's defaults, *on_conflict* the batch's. Each item is
+        checked first (an error names its index). Returns a :class:`Jobs` of handles, in order."""
         self._accepting()
-        ids = self._runtime.schedule_many(items, dict(options, delay=delay), new_id=self._new_id)
-        return Jobs(self._runtime, ids)
+        runtime, defaults = self._runtime, dict(options, delay=delay)
+        return Jobs(runtime, runtime.schedule_many(items, defaults, new_id=self._ids))
 
     def chain(self, *steps: Step | Callable[..., Any], when: str = "all_success") -> list[Job]:
         """Schedule a linear pipeline: each step runs after the previous one (per *when*).

@@ -20,7 +20,8 @@ so an owner that changes the table from several threads holds its own lock.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, MutableMapping, Sequence
+from operator import and_
 from typing import Any, TypeVar, overload
 
 __all__ = ["SHARDS", "SHARD_MASK", "ShardedDict"]
@@ -29,6 +30,7 @@ __all__ = ["SHARDS", "SHARD_MASK", "ShardedDict"]
 SHARDS = 16
 #: ``hash(key) & SHARD_MASK`` is the index of the dict holding *key*
 SHARD_MASK = SHARDS - 1
+_MASKS = itertools.repeat(SHARD_MASK)  # for map(and_, hashes, _MASKS): never exhausted
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -58,6 +60,16 @@ class ShardedDict(MutableMapping[K, V]):
         self.shards: tuple[dict[K, V], ...] = tuple(make() for _ in range(SHARDS))
         for key, value in items:
             self.shards[hash(key) & SHARD_MASK][key] = value
+
+    def holders(self, keys: Iterable[object]) -> list[dict[K, V]]:
+        """The dict that holds (or would hold) each of *keys*, in their order, in one pass in C
+        (``operator.and_`` is a plain C function; ``SHARD_MASK.__and__`` would build an argument
+        tuple per call). Earned its place in benchmarks/bench_batch.py --memory."""
+        return list(map(self.shards.__getitem__, map(and_, map(hash, keys), _MASKS)))
+
+    def has_any(self, keys: Sequence[object]) -> bool:
+        """Whether any of *keys* is in the table, in one pass in C."""
+        return any(map(dict.__contains__, self.holders(keys), keys))
 
     def shard(self, key: K) -> dict[K, V]:
         """The dict that holds (or would hold) *key*."""
@@ -118,9 +130,10 @@ class ShardedDict(MutableMapping[K, V]):
         return itertools.chain.from_iterable(s.items() for s in self.shards)
 
     def isdisjoint(self, keys: Iterable[object]) -> bool:
-        """True when none of *keys* is held (``dict.keys().isdisjoint``)."""
-        shards = self.shards
-        return not any(k in shards[hash(k) & SHARD_MASK] for k in keys)
+        """True when none of *keys* is held (``dict.keys().isdisjoint``), in one pass in C (a
+        generator over the keys cost about 0.2 us a key in ``schedule_many``'s insert_new:
+        benchmarks/bench_batch.py --memory)."""
+        return not self.has_any(keys if isinstance(keys, (list, tuple)) else list(keys))
 
     def values_of(self, keys: Iterable[K]) -> list[V]:
         """The values of *keys*, in their order (``KeyError`` for a key not held): one call for

@@ -9,12 +9,20 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
+from itertools import chain, repeat
+from operator import setitem
 from typing import Generic, TypeVar
 
 from timewheel.errors import DuplicateKeyError
 from timewheel.shards import SHARD_MASK, ShardedDict
+from timewheel.wheeltimes import (
+    WheelStatistics,
+    as_time,
+    bad_time,
+    bucket_width,
+    split_at_ticks,
+)
 
 __all__ = ["TimingWheel", "WheelStatistics", "bucket_width"]
 
@@ -25,6 +33,9 @@ _INF = math.inf
 _NEG_INF = -math.inf
 _FAR = 1 << 200  # an integer tick later than any real event
 _BIG = 1e200  # add_many places a due time beyond this through add (the ticks would overflow)
+_FLOAT_ONLY = {float}
+_EXACT_TICKS = 1 << 53  # ticks below this compare exactly as floats (add_many splits a batch so)
+_BY_SLOT_MAX = 8  # add_many splits a batch over at most this many slots (a pass over it each)
 
 #: The wheel's levels, lowest first: the index of a level in its per-level arrays and in
 #: :attr:`WheelStatistics.levels`. A slot of a level above the tick level cascades into the level
@@ -49,7 +60,6 @@ _HOURS_STALE = 1 << LEVEL_HOURS
 _SECOND_SLOTS = 120
 _MINUTE_SLOTS = 120
 _HOUR_SLOTS = 48
-_BUCKETS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
 
 #: A slot holding more entries than this is cascaded in chunks spread over the time before it is
 #: needed; a smaller slot is cascaded in one piece just before its time (it costs < 0.5 ms).
@@ -59,73 +69,6 @@ DRAIN_CHUNK = 512
 #: 682 fills a dict's 1,024-slot table exactly (CPython grows a dict when it is two-thirds full):
 #: 512 would leave a quarter of each segment's entry table unused (about 9 bytes per entry).
 SEGMENT = 682
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WheelStatistics:
-    """A snapshot of a :class:`TimingWheel` (from :meth:`TimingWheel.statistics`).
-
-    ``levels`` counts the entries per level, lowest first: sub-second, seconds, minutes, hours,
-    days (``level_names`` names them). ``overflow`` counts those beyond the last level.
-    ``cascaded`` is the total number of single-level moves ever made (each entry moves at most
-    once per level), ``fired`` the total number of keys returned by ``advance``, ``advances`` the
-    number of ``advance`` calls.
-    """
-
-    pending: int
-    levels: tuple[int, ...]
-    level_names: tuple[str, ...]
-    overflow: int
-    cascaded: int
-    fired: int
-    advances: int
-
-
-def _bad_time(name: str, value: object) -> Exception:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            float(value)  # type: ignore[arg-type]  # probing: Decimal/Fraction/numpy are numbers
-            numeric = not isinstance(value, (bool, str, bytes))
-        except (TypeError, ValueError):
-            numeric = False
-        if not numeric:
-            return TypeError(
-                f"{name} must be a number of seconds (int or float), "
-                f"got {value!r} of type {type(value).__name__}"
-            )
-    return ValueError(f"{name} must be a finite number of seconds, got {value!r}")
-
-
-def bucket_width(bucket: float | str) -> float:
-    """Seconds in a look-ahead bucket: a positive width, or ``"second"``, ``"minute"``, ``"hour"``.
-
-    Raises ``ValueError`` (``TypeError`` for a non-number) naming the value.
-    """
-    if isinstance(bucket, str):
-        if bucket not in _BUCKETS:
-            raise ValueError(
-                f"bucket must be a width in seconds or one of {sorted(_BUCKETS)}, got {bucket!r}"
-            )
-        return _BUCKETS[bucket]
-    width = _as_time("bucket", bucket)
-    if width <= 0:
-        raise ValueError(f"bucket must be a positive width in seconds, got {bucket!r}")
-    return width
-
-
-def _as_time(name: str, value: object) -> float:
-    """Return ``value`` as a finite float, or raise TypeError/ValueError naming it."""
-    if value.__class__ is not float:
-        if isinstance(value, (bool, str, bytes)):
-            raise _bad_time(name, value)
-        try:
-            value = float(value)  # type: ignore[arg-type]  # checked by the except clause
-        except (TypeError, ValueError):
-            raise _bad_time(name, value) from None
-    assert isinstance(value, float)
-    if value - value != 0.0:  # NaN or +-inf
-        raise _bad_time(name, value)
-    return value
 
 
 class TimingWheel(Generic[K]):
@@ -261,7 +204,7 @@ class TimingWheel(Generic[K]):
             raise TypeError(f"days must be an int, got {days!r}")
         if days < 2:
             raise ValueError(f"days must be at least 2, got {days!r}")
-        start = _as_time("start", start)
+        start = as_time("start", start)
         self._tick = float(tick)
         self._ticks_per_second = ticks_per_second
         self._days = days
@@ -376,13 +319,13 @@ class TimingWheel(Generic[K]):
                 f"cancel() it first to reschedule"
             )
         if due.__class__ is not float:
-            due = _as_time("due", due)
+            due = as_time("due", due)
         ticks_per_second = self._ticks_per_second
         try:
             tick = _floor(due * ticks_per_second)
         except (ValueError, OverflowError):  # NaN, infinite, or too far for a tick number
             if due - due != 0.0 or due > self._now:
-                raise _bad_time("due", due) from None
+                raise bad_time("due", due) from None
             tick = self._current_tick  # a finite time long past: due now
         if tick < self._next_second_tick:
             if due <= self._now:
@@ -420,38 +363,96 @@ class TimingWheel(Generic[K]):
 
     def add_many(self, keys: Sequence[K], dues: Sequence[float]) -> None:
         """:meth:`add` each key of *keys* at the due time in the same position of *dues*, raising
-        as ``add`` does (keys placed before the error stay placed).
-
-        Runtime complexity: O(log n) per key, a sort by due time, after which a key due in the
-        same second as the one before it (above the tick level) goes straight into that key's
-        segment.
+        as ``add`` does (keys placed before the error stay placed), in the order given, so equal
+        due times keep it. O(1) per key; a segment at a time when it can (:meth:`_add_by_slot`).
         """
-        n = len(keys)
+        if len(keys) > 1 and self._add_by_slot(keys, dues):
+            return
         index, add, tps = self._index.shards, self.add, self._ticks_per_second
-        first = dues[0] if n else 0.0
-        if n > 1 and dues.count(first) != n:  # keys of one second come together
-            order: Sequence[int]
-            try:
-                order = sorted(range(n), key=dues.__getitem__)
-            except TypeError:  # not all numbers: add() names the bad one
-                order = range(n)
-            keys, dues = list(map(keys.__getitem__, order)), list(map(dues.__getitem__, order))
-        floor, big, above_ticks = _floor, _BIG, self._next_second_tick
-        slot: dict[K, float] = {}
-        second_end = -1  # the tick after the second of `slot` (dues ascend from here on)
+        floor, big, first_second = _floor, _BIG, self._next_second_tick // tps
+        slots: dict[int, list[dict[K, float]]] = {}  # second -> its slot's segments: no sort
+        last_second = -1  # the second of the key before (consecutive keys often share one)
+        segments: list[dict[K, float]] | None = None  # its slot's segments
         for key, due in zip(keys, dues, strict=True):
             part = index[hash(key) & SHARD_MASK]
             if due.__class__ is float and -big < due < big and key not in part:
-                tick = floor(due * tps)
-                if tick < second_end and len(slot) < SEGMENT:
+                second = floor(due * tps) // tps
+                if second != last_second:
+                    segments, last_second = slots.get(second), second
+                if segments is None:
+                    add(key, due)
+                    if second >= first_second:
+                        segments = slots[second] = self._segments_holding(part[key])[2]
+                elif len(segments[-1]) < SEGMENT:
+                    slot = segments[-1]
                     slot[key] = due
                     part[key] = slot
-                    continue
-                add(key, due)
-                if tick >= above_ticks:
-                    slot, second_end = part[key], (tick // tps + 1) * tps
+                else:
+                    add(key, due)  # a new segment, appended to `segments`
                 continue
             add(key, due)
+
+    def _add_by_slot(self, keys: Sequence[K], dues: Sequence[float]) -> bool:
+        """:meth:`add_many` with the work per key in C, for distinct new keys due above the tick
+        level in at most ``_BY_SLOT_MAX`` slots (else False, nothing done). Earned its place in
+        benchmarks/bench_batch.py --memory: the per-key loop was 4,000 instructions a key."""
+        if set(map(type, dues)) != _FLOAT_ONLY or not math.isfinite(sum(dues)):
+            return False
+        tps, lo, hi = self._ticks_per_second, min(dues), max(dues)
+        if not lo > -_BIG or not hi < _BIG:
+            return False
+        first, last = _floor(lo * tps), _floor(hi * tps)
+        if first < self._next_second_tick or last >= _EXACT_TICKS:
+            return False  # the tick level (a heap entry per tick, past due times); or too far
+        ends: list[int] = []  # the first tick after each slot the batch spans but the last
+        end = self._slot_end(first)
+        while end <= last:
+            if len(ends) == _BY_SLOT_MAX - 1:
+                return False
+            ends.append(end)
+            end = self._slot_end(end)
+        shards, holders = self._index.shards, self._index.holders(keys)
+        if any(map(dict.__contains__, holders, keys)) or len(set(keys)) != len(keys):
+            return False  # add() names the key
+        parts = split_at_ticks(keys, dues, tps, ends)
+        placed: list[dict[K, float]] = []  # each key's segment, in the order of the parts
+        for part_keys, part_dues in parts:
+            key = part_keys[0]
+            self.add(key, part_dues[0])  # the slot's bookkeeping, as for one key
+            segment = shards[hash(key) & SHARD_MASK][key]
+            level, place, segments = self._segments_holding(segment)
+            placed.append(segment)
+            done, count = 1, len(part_keys)
+            while done < count:
+                room = SEGMENT - len(segment)
+                if room <= 0:
+                    segment, room = self._new_segment(level, place, segments), SEGMENT
+                upto = min(count, done + room)
+                chunk = part_keys[done:upto]
+                segment.update(zip(chunk, part_dues[done:upto], strict=True))
+                placed.extend(repeat(segment, upto - done))
+                done = upto
+        if len(parts) > 1:  # the index entries in the parts' order
+            holders = self._index.holders(keys := list(chain.from_iterable(p for p, _ in parts)))
+        any(map(setitem, holders, keys, placed))  # in C: setitem returns None, any() runs through
+        return True
+
+    def _slot_end(self, tick: int) -> int:
+        """The first tick after the slot (above the tick level) that holds *tick*."""
+        for limit, width in (
+            (self._next_minute_tick, self._ticks_per_second),
+            (self._next_hour_tick, self._ticks_per_minute),
+            (self._next_day_tick, self._ticks_per_hour),
+        ):
+            if tick < limit:
+                return (tick // width + 1) * width
+        return (tick // self._slot_ticks[LEVEL_DAYS] + 1) * self._slot_ticks[LEVEL_DAYS]
+
+    def _segments_holding(self, segment: dict[K, float]) -> tuple[int, int, list[dict[K, float]]]:
+        """``(level, place, segments)`` of the slot above the ticks that *segment* is in."""
+        level, place = self._segment_slot[id(segment)]
+        segments = self._overflow[place] if level == LEVEL_OVERFLOW else self._rings[level][place]
+        return level, place, segments
 
     def _add_far(self, key: K, due: float, tick: int, part: dict[K, dict[K, float]]) -> None:
         """``add`` for the day ring and the overflow (*part*: the index's part for *key*)."""
@@ -746,9 +747,9 @@ class TimingWheel(Generic[K]):
         docstring). Independent of the number pending.
         """
         if now.__class__ is not float:
-            now = _as_time("now", now)
+            now = as_time("now", now)
         elif now - now != 0.0:  # NaN or +-inf (x - x is 0.0 for every finite float)
-            raise _bad_time("now", now)
+            raise bad_time("now", now)
         self._advances += 1
         if now > self._now:
             self._now = now
@@ -901,7 +902,7 @@ class TimingWheel(Generic[K]):
         wider than a bucket or straddle the window's ends; a slot inside one bucket is counted
         with ``len()``.
         """
-        horizon = _as_time("horizon", horizon)
+        horizon = as_time("horizon", horizon)
         width = bucket_width(bucket)
         if horizon < 0:
             raise ValueError(f"horizon must be >= 0 seconds, got {horizon!r}")

@@ -31,10 +31,10 @@ from timewheel.events import Event
 from timewheel.jobs import Job, Step, TaskFunction
 from timewheel.options import (
     SCHEDULE_OPTIONS,
+    CounterIds,
     RecurringOptions,
     Series,
     TaskOptions,
-    counter_ids,
     prepare,
     unknown_options,
 )
@@ -169,7 +169,8 @@ class AsyncScheduler:
         self._driver: AsyncClockDriver | None = None
         self._listeners: dict[Callable[[Event], object], list[Callable[[Event], None]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self._new_id = counter_ids()
+        self._ids = CounterIds()
+        self._new_id = self._ids.next
         # the fast path of schedule(): compact records, when the store keeps them on the loop
         self._compact = (
             self._store
@@ -403,7 +404,7 @@ class AsyncScheduler:
             self._runtime.schedule_many,
             items,
             dict(options, delay=delay),
-            new_id=self._new_id,
+            new_id=self._ids,
             upstream=_upstream_ids,
         )
         return [AsyncJob(self, i) for i in ids]
