@@ -114,6 +114,7 @@ class Warming:
     slices: int = 0
     longest_slice: float = 0.0
     per_slice: int = 64  # ids looked at by the last slice: the pacing's unit
+    head_cost: float = 0.0  # the planner's recent seconds per id (0: not measured yet)
     done: bool = False
     reported: bool = False
 
@@ -126,6 +127,21 @@ class Warming:
     def left(self) -> int:
         """Ids still to look at (deferred ones apart)."""
         return len(self.placed) - self.cursor + len(self.again)
+
+    def chunk(self, most: int, room: float) -> int:
+        """How many ids the next chunk asks the planner about: as many as *room* seconds allow at
+        the cost per id measured so far, between 1 and *most* (4 before any measurement). The
+        first instances of a rule across a DST gap cost the planner hundreds of microseconds
+        each: a fixed chunk of them would make one slice long."""
+        if not self.head_cost:
+            return min(4, most)
+        return max(1, min(most, int(max(0.0, room) / self.head_cost)))
+
+    def measured(self, ids: int, seconds: float) -> None:
+        """Count a chunk of *ids* that took *seconds*: the cost per id rises at once and falls
+        slowly, so a run of cheap ids does not hide the next expensive one for long."""
+        per_id = seconds / max(1, ids)
+        self.head_cost = max(per_id, 0.7 * self.head_cost + 0.3 * per_id)
 
     def take(self, n: int) -> list[str]:
         """The next *n* ids to look at: deferred ones asked again first, then in placed order."""

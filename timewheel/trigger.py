@@ -151,6 +151,9 @@ class Trigger:
     #: the most READY rows of a durable store one refill of the ready queue reads (whose
     #: workers claim batches from the store: a snapshot only has to wake one)
     REFILL_PAGE = 256
+    #: the same for the memory store, whose refill costs about 1.5 µs per row: a step that
+    #: reads at most this many stays within a few milliseconds behind a herd's backlog
+    MEMORY_REFILL_PAGE = 2_048
 
     def __init__(
         self,
@@ -190,7 +193,9 @@ class Trigger:
         self.durable = store.durable
         self._keys = store if isinstance(store, SupportsPromoteKeys) else None  # see promote
         #: the most rows :meth:`refill_ready` reads; the queue asks for a refill at half of it
-        self.refill_page = min(ready.capacity, self.REFILL_PAGE if self.durable else ready.capacity)
+        self.refill_page = min(
+            ready.capacity, self.REFILL_PAGE if self.durable else self.MEMORY_REFILL_PAGE
+        )
         ready.low_water = min(ready.low_water, self.refill_page // 2)
         self.lease = lease
         self.max_lease_recoveries = max_lease_recoveries
@@ -848,11 +853,13 @@ class Trigger:
         began = clock()
         prepared: list[str] = []
         successors: list[Task] = []
-        looked = 0
-        least = min(self.min_chunk, 64)
+        looked, spent = 0, 0.0
+        # at least this many ids per slice, fewer when each costs the planner much
+        affordable = int(self.slice_seconds / warming.head_cost) if warming.head_cost else 64
+        least = min(self.min_chunk, 64, max(1, affordable))
         while warming.left:
             chunk_began = clock()
-            taken = warming.take(self.PREPARE_CHUNK)
+            taken = warming.take(warming.chunk(self.PREPARE_CHUNK, self.slice_seconds - spent))
             looked += len(taken)
             with self.lock:
                 chunk = self._waiting(warming.second, dict.fromkeys(taken))
@@ -861,8 +868,8 @@ class Trigger:
             successors.extend(plan.successors)
             warming.deferred.extend(plan.deferred)
             warming.declined += len(chunk) - len(plan.prepared) - len(plan.deferred)
-            spent = clock() - began
-            chunk_cost = clock() - chunk_began
+            spent, chunk_cost = clock() - began, clock() - chunk_began
+            warming.measured(len(taken), chunk_cost)
             after = (len(successors) + self.PREPARE_CHUNK) * self._store_cost
             if looked >= least and spent + chunk_cost + after >= self.slice_seconds:
                 break
