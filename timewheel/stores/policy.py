@@ -279,19 +279,9 @@ def as_inserted(task: Task, *, version: int = 0, durable: bool = False) -> Task:
     ``updated`` is set to ``created``, and ``unmet`` to 0 (:func:`count_dependencies` sets it
     for a task with dependencies).
     """
-    if durable and not task.after and ready_at_insert(task):
-        return task.evolve(
-            state=TaskState.READY,
-            version=version,
-            updated=task.created,
-            unmet=0,
-            error=None,
-            lease_owner=None,
-            lease_expires=None,
-            started=None,
-        )
+    state = TaskState.READY if durable and not task.after and ready_at_insert(task) else _PENDING
     if (
-        task.state is _PENDING
+        task.state is state
         and task.version == version
         and task.updated == task.created
         and task.unmet == 0
@@ -302,7 +292,7 @@ def as_inserted(task: Task, *, version: int = 0, durable: bool = False) -> Task:
     ):
         return task  # the common case: already as an insert leaves it
     return task.evolve(
-        state=_PENDING,
+        state=state,
         version=version,
         updated=task.created,
         unmet=0,
