@@ -42,16 +42,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_postgres import FLOOR_SCHEMA, noop_job
+from bench_postgres import FLOOR_SCHEMA, fresh_database, noop_job
 
 import timewheel as tw
 from timewheel.stores.postgres import PostgresStore, inserts
@@ -70,10 +68,6 @@ ANNOUNCED = (
     + f" + {round(pg_schema.NOTIFY_WITHIN * 1e6)} THEN pg_notify(%s, %s) IS NULL END FROM ins"
 ).encode()
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _with_db(dsn: str, name: str) -> str:
-    return urlunsplit(urlsplit(dsn)._replace(path="/" + name))
 
 
 def backend_cpu(pid: int) -> float:
@@ -120,18 +114,6 @@ class Variant:
         self.name, self.schema, self.ddl, self.run = name, schema, ddl, run
         self.quiet, self.version = quiet, version
         self.rounds: list[tuple[float, float, float]] = []
-
-
-@contextmanager
-def database(admin: str) -> Iterator[str]:
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{DB}"')
-    try:
-        yield _with_db(admin, DB)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
 
 
 def build(dsn: str, only: set[str] | None) -> list[Variant]:
@@ -320,10 +302,10 @@ def main() -> None:
     with open("/proc/loadavg") as f:
         print("load average at start:", f.read().split()[:3])
     if args.client:
-        with database(args.dsn) as dsn:
+        with fresh_database(args.dsn, DB) as dsn:
             client_pieces(dsn, args.rounds, args.n)
         return
-    with database(args.dsn) as dsn:
+    with fresh_database(args.dsn, DB) as dsn:
         variants = build(dsn, only)
         for v in variants:
             prepare(dsn, v)

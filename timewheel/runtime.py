@@ -305,9 +305,9 @@ class Runtime:
         else:
             changes = self.store.insert_many(batch.tasks(), on_conflict="error")
             ready = [c.task.id for c in changes if c.task.state is TaskState.READY]
+        marked = set(ready)
         events = self.events
         if events.listening("submitted"):
-            marked = set(ready)
             for task in batch.tasks():
                 if task.id in marked:
                     task = task.evolve(state=TaskState.READY)
@@ -315,13 +315,9 @@ class Runtime:
         else:
             events.counts["submitted"] += len(batch.ids)
         ids, dues = batch.ids, batch.dues
-        if ready:
-            if len(ready) < len(ids):
-                marked = set(ready)
-                kept = [(i, d) for i, d in zip(ids, dues, strict=True) if i not in marked]
-                ids, dues = [i for i, _ in kept], [d for _, d in kept]
-            else:
-                ids, dues = [], []
+        if marked:
+            kept = [k for k, task_id in enumerate(ids) if task_id not in marked]
+            ids, dues = [ids[k] for k in kept], [dues[k] for k in kept]
             self.trigger.inserted_ready()
         if ids:
             self.trigger.place_many(ids, dues, now)
