@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 import timewheel as tw
-from timewheel.clock import SystemClock
+from timewheel.clock import Clock, SystemClock
 from timewheel.dispatch import InlineDispatcher
 from timewheel.events import Event
 from timewheel.stores import policy
@@ -57,7 +57,19 @@ def _batch(ids: list[str], dues: list[float], created: float) -> NewTasks:
     )
 
 
+def inline_scheduler(store: Store, clock: Clock) -> tw.Scheduler:
+    """A scheduler on *store* and *clock* that runs this module's functions inline."""
+    return tw.Scheduler(
+        clock=clock,
+        store=store,
+        dispatcher=InlineDispatcher(),
+        allow=["tests.test_ready_at_insert"],
+    )
+
+
 # -- the rule ----------------------------------------------------------------------------------------
+
+
 def test_the_rule_in_one_place() -> None:
     now = 1_800_000_000.0
     assert policy.ready_at_insert(_task("a", now, now))
@@ -168,12 +180,7 @@ def test_a_host_ahead_never_stores_ready_what_the_server_finds_not_due(
         }
         # a scheduler on that host reads the server's clock: a due-now task is READY at once,
         # one due in 3 s (by the server) waits in the wheel
-        with tw.Scheduler(
-            store=store,
-            clock=host,
-            dispatcher=InlineDispatcher(),
-            allow=["tests.test_ready_at_insert"],
-        ) as sched:
+        with inline_scheduler(store, host) as sched:
             soon = sched.schedule(record, "soon", delay=3)
             assert store.get(soon.id).state is S.PENDING
             now_job = sched.schedule(record, "now", delay=0)
@@ -187,12 +194,7 @@ def test_the_scheduler_queues_work_stored_ready(durable: Callable[[], Store]) ->
     store = durable()
     clock = FakeClock(start=time.time() - 60)  # (behind the server's clock: due by it too)
     events: list[Event] = []
-    sched = tw.Scheduler(
-        clock=clock,
-        store=store,
-        dispatcher=InlineDispatcher(),
-        allow=["tests.test_ready_at_insert"],
-    )
+    sched = inline_scheduler(store, clock)
     sched.add_listener(events.append, "submitted")
     with sched:
         one = sched.schedule(record, "one", delay=0)
@@ -216,12 +218,7 @@ def test_a_scheduler_not_started_leaves_ready_work_for_its_start(
 ) -> None:
     store = durable()
     clock = FakeClock(start=time.time() - 60)
-    sched = tw.Scheduler(
-        clock=clock,
-        store=store,
-        dispatcher=InlineDispatcher(),
-        allow=["tests.test_ready_at_insert"],
-    )
+    sched = inline_scheduler(store, clock)
     jobs = [*sched.schedule_many([(record, (i,)) for i in range(5)], delay=0)]
     jobs.append(sched.schedule(record, 9, delay=0))
     assert {store.get(j.id).state for j in jobs} == {S.READY}
@@ -250,12 +247,7 @@ def test_a_refill_reads_a_page_of_a_durable_stores_ready_work(tmp_path: Any) -> 
 
     store = SQLiteStore(tmp_path / "page.db", durability="fast")
     clock = FakeClock(start=time.time() - 60)
-    sched = tw.Scheduler(
-        clock=clock,
-        store=store,
-        dispatcher=InlineDispatcher(),
-        allow=["tests.test_ready_at_insert"],
-    )
+    sched = inline_scheduler(store, clock)
     sched.schedule_many([(record, (i,)) for i in range(1000)], delay=0)
     assert store.count_by_state() == {S.READY: 1000}
     ready = ReadyQueue(10_000)
