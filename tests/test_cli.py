@@ -155,6 +155,31 @@ def test_worker_create_starts_an_empty_store_on_purpose(tmp_path: Path) -> None:
     assert worker.finish() == 0
 
 
+def test_worker_signals_wake_the_main_thread_without_a_lock() -> None:
+    """The worker's signal handling takes no lock in the handler (a handler runs on the main
+    thread, maybe while it holds that lock): a signal wakes ``_Signals.wait`` through the
+    wakeup descriptor, and the forced exit's listing of running tasks gives up rather than wait
+    on the tracker's lock."""
+    from timewheel.cli.worker import _Signals, _Tracker
+
+    signals = _Signals()
+    previous = signal.signal(signal.SIGUSR1, lambda n, f: signals.received.append(n))
+    try:
+        assert not signals.wait(0.01)
+        timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGUSR1))
+        timer.start()
+        assert signals.wait(GUARD)
+        assert signals.received == [signal.SIGUSR1]
+        timer.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        signals.close()
+    tracker = _Tracker()
+    assert tracker.snapshot_if_free() == []
+    with tracker.lock:
+        assert tracker.snapshot_if_free() is None
+
+
 def test_damaged_and_foreign_files_are_refused_untouched(tmp_path: Path) -> None:
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not a database\n" * 10)

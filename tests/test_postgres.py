@@ -186,15 +186,16 @@ def test_a_version_3_schema_gains_the_start_column(
         row = conn.execute(
             sql.SQL("SELECT value FROM {}.meta").format(sql.Identifier(name))
         ).fetchone()
-    assert row == (str(SCHEMA_VERSION),) == ("5",)
+    assert row == (str(SCHEMA_VERSION),) == ("6",)
 
 
 def test_a_version_4_schema_with_tasks_migrates_to_5(
     postgres_schemas: Schemas, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``timewheel migrate`` of a schema 4 store holding tasks in every state: the tasks stay,
-    the index of tasks by state holds ended tasks only, the counts and inspection queries
-    answer as before, and rows inserted by others are still announced by the trigger."""
+    the index of tasks by state holds ended tasks only and the index by function PENDING and
+    ended ones, the counts and inspection queries (by function: tasks in every state) answer
+    as before, and rows inserted by others are still announced by the trigger."""
     from timewheel.stores.postgres import schema as pg_schema
     from timewheel.stores.postgres.notify import channel
 
@@ -237,9 +238,12 @@ def test_a_version_4_schema_with_tasks_migrates_to_5(
                 "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", (name,)
             )
         }
-    assert version == ("5",)
+    assert version == (str(SCHEMA_VERSION),) == ("6",)
     assert "tasks_state" not in indexes
     assert "WHERE (state = ANY" in indexes["tasks_ended"]
+    assert (
+        "WHERE ((state <> 'ready'::text) AND (state <> 'running'::text))" in (indexes["tasks_func"])
+    )
     store = open_store(url, create=False)
     try:
         assert isinstance(store, PostgresStore)
@@ -248,6 +252,10 @@ def test_a_version_4_schema_with_tasks_migrates_to_5(
         assert store.count_by_queue() == {"default": counts}
         assert [t.id for t in store.tasks(state=TaskState.FAILED)] == ["failed"]
         assert [t.id for t in store.recent_failures()] == ["failed"]
+        assert [t.id for t in store.by_function("tests.apps", limit=10)] == sorted(before)
+        assert store.by_function("tests.apps", limit=10) == sorted(
+            before.values(), key=lambda t: t.id
+        )
         assert [e[0] for e in store.ended_since(0.0, limit=5)] == [
             TaskState.FAILED,
             TaskState.SUCCEEDED,
@@ -282,7 +290,8 @@ def test_inspection_queries_can_use_their_indexes(
 ) -> None:
     """With sequential scans off, counts by queue read the index of queue and state alone, and
     a search by function reads a range of its index in order (its collation matches the
-    query's, so the index serves a prefix)."""
+    query's, so the index serves a prefix) and the work in flight along the READY and RUNNING
+    tasks' own indexes."""
     pg.insert_many([_task(f"t{i}") for i in range(20)])
     seen: list[tuple[str, Sequence[Any]]] = []
     real = pg._read
@@ -305,7 +314,9 @@ def test_inspection_queries_can_use_their_indexes(
             plans.append(" | ".join(str(r[0]) for r in rows))
     assert "Index Only Scan using tasks_queue" in plans[0], plans[0]
     assert "Index Scan using tasks_func" in plans[1], plans[1]
-    assert "Sort" not in plans[1], plans[1]
+    assert "using tasks_ready" in plans[1], plans[1]
+    assert "using tasks_lease" in plans[1], plans[1]
+    assert "Seq Scan" not in plans[1], plans[1]
 
 
 def test_read_only_refuses_changes(pg: PostgresStore) -> None:

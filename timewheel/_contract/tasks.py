@@ -10,6 +10,7 @@ from timewheel._contract.support import (
     T0,
     S,
     expect,
+    finish_as,
     ids_of,
     make_ready,
     make_running,
@@ -706,6 +707,8 @@ def check_by_function(store: Store) -> None:
     store.insert_many([new_task("b2"), new_task("a1"), new_task("c3", func=other)])
     store.insert_many([new_task("z9", due=T0 + 99), new_task("x", func="timewheel.task:Retry")])
     make_running(store, "a1")
+    make_ready(store, "b2")
+    finish_as(store, "c3", TaskState.SUCCEEDED)  # one of each: RUNNING, READY, ended, PENDING
     found = store.by_function(FUNC, limit=10)
     assert ids_of(found) == ["a1", "b2", "z9"], f"an exact reference, by id ({ids_of(found)})"
     assert found[0] == store.get("a1"), "by_function returns the stored tasks"

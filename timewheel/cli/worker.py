@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -148,9 +150,59 @@ class _Tracker:
                 self.running.pop(ev.task.id, None)
 
     def snapshot(self) -> list[tuple[str, str, float]]:
+        """The running tasks, with how long each has run."""
         now = time.monotonic()
         with self.lock:
             return [(tid, fn, now - t0) for tid, (fn, t0) in self.running.items()]
+
+    def snapshot_if_free(self) -> list[tuple[str, str, float]] | None:
+        """:meth:`snapshot`, or ``None`` when the lock is taken: a signal handler must not wait
+        on a lock that its own thread may hold."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            return [(tid, fn, time.monotonic() - t0) for tid, (fn, t0) in self.running.items()]
+        finally:
+            self.lock.release()
+
+
+class _Signals:
+    """SIGTERM and SIGINT as the worker's main thread sees them.
+
+    A Python signal handler runs in the main thread between two bytecodes, possibly while that
+    thread holds a lock, so the handler takes none: it only notes the signal (and, for the
+    second, exits). The main thread waits in ``select`` on the read end of a socket pair that
+    ``signal.set_wakeup_fd`` writes a byte to for every signal, so it wakes at once.
+    (``threading.Event.set()`` in the handler would deadlock when the signal lands while the
+    main thread is inside ``Event.wait()`` holding the event's lock.)
+    """
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._reader, self._writer = socket.socketpair()
+        self._reader.setblocking(False)
+        self._writer.setblocking(False)
+        self._previous_fd = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to *timeout* seconds for a signal; whether one has come."""
+        deadline = time.monotonic() + timeout
+        while not self.received:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            select.select([self._reader], [], [], left)
+            try:
+                while self._reader.recv(512):
+                    pass
+            except BlockingIOError:
+                pass
+        return True
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self._previous_fd)
+        self._reader.close()
+        self._writer.close()
 
 
 def _listing(tasks: list[tuple[str, str, float]], limit: int = 10) -> str:
@@ -237,19 +289,19 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             sched.include(target)
     tracker = _Tracker()
     sched.add_listener(tracker)
-    stop = threading.Event()
-    signals: list[int] = []
+    signals = _Signals()
     lease = sched.lease
 
     def on_signal(signum: int, frame: object) -> None:
-        signals.append(signum)
-        if len(signals) == 1:
-            stop.set()
-            return
-        unfinished = tracker.snapshot()
+        signals.received.append(signum)
+        if len(signals.received) == 1:
+            return  # the main thread wakes from signals.wait()
+        unfinished = tracker.snapshot_if_free()
         what = (
-            f"{len(unfinished)} unfinished task(s) ({_listing(unfinished)}) keep their lease and "
-            f"run again once it expires (within {lease:g} s)"
+            f"unfinished tasks keep their lease and run again once it expires (within {lease:g} s)"
+            if unfinished is None
+            else f"{len(unfinished)} unfinished task(s) ({_listing(unfinished)}) keep their "
+            f"lease and run again once it expires (within {lease:g} s)"
             if unfinished
             else "no task was running"
         )
@@ -276,7 +328,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             file=out,
             flush=True,
         )
-        while not stop.wait(args.report or 3600.0):
+        while not signals.wait(args.report or 3600.0):
             if args.report:
                 _report(sched, tracker, started, out)
         running = tracker.snapshot()
@@ -308,4 +360,5 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             opened.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
+        signals.close()
     return 0

@@ -105,15 +105,26 @@ class InspectionQueries:
 
     def by_function(self, prefix: str, *, limit: int) -> list[Task]:
         """Up to *limit* tasks whose function reference starts with *prefix*, by function
-        reference then id (a range of the index on function reference, in code point order,
-        and id)."""
+        reference (in code point order) then id, in one statement: PENDING and ended tasks
+        along a range of the index on function reference
+        (:data:`~timewheel.stores.postgres.schema.FUNCTION_INDEXED`), READY and RUNNING ones
+        (the work in flight) along their own partial indexes."""
         low, high = policy.prefix_range(prefix)
-        sql, params = _SEL + ' WHERE (func COLLATE "C") >= %s', [low]
+        match = '(func COLLATE "C") >= %s'
+        params: list[Any] = [low]
         if high is not None:
-            sql += ' AND (func COLLATE "C") < %s'
+            match += ' AND (func COLLATE "C") < %s'
             params.append(high)
+        order = ' ORDER BY (func COLLATE "C"), id LIMIT %s'
+        limit = max(limit, 0)
+        branches = [
+            f"({_SEL} WHERE {schema.FUNCTION_INDEXED} AND {match}{order})",
+            f"({_SEL} WHERE state = 'ready' AND {match}{order})",
+            f"({_SEL} WHERE state = 'running' AND {match}{order})",
+        ]
         rows = self.read_rows(
-            sql + ' ORDER BY (func COLLATE "C"), id LIMIT %s', (*params, max(limit, 0))
+            f"SELECT * FROM ({' UNION ALL '.join(branches)}) t{order}",
+            (*params, limit) * 3 + (limit,),
         )
         return [TASKS.decode(r) for r in rows]
 
