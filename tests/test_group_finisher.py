@@ -14,7 +14,7 @@ import pytest
 import timewheel as tw
 from tests.apps.worker_app import record
 from timewheel.dispatch import GroupFinisher
-from timewheel.stores.base import Changed, Finish
+from timewheel.stores.base import Changed, Finish, Lease
 from timewheel.stores.sqlite import SQLiteStore
 from timewheel.task import Task, TaskState
 
@@ -126,7 +126,16 @@ def test_successes_waiting_to_be_stored_keep_their_leases(
         )
         before = {j.id: store.get(j.id) for j in jobs}
         assert all(t.state is TaskState.RUNNING for t in before.values())
+        steps: list[int] = []
+        real_many = store.heartbeat_many
+
+        def one_step(leases: Sequence[Lease], *, lease_expires: float, now: float) -> list[bool]:
+            steps.append(len(leases))
+            return real_many(leases, lease_expires=lease_expires, now=now)
+
+        monkeypatch.setattr(store, "heartbeat_many", one_step)
         dispatcher.beat()
+        assert steps == [3], "every lease the pool holds is extended in one store step"
         for task_id, old in before.items():
             new = store.get(task_id)  # a heartbeat moves the version and sets a new lease
             assert (new.state, new.lease_owner) == (TaskState.RUNNING, old.lease_owner)

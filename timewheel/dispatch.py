@@ -36,10 +36,18 @@ from timewheel.jobs import TRACEBACK_KEY
 from timewheel.logs import task_extra, task_label
 from timewheel.ready import ReadyQueue
 from timewheel.refs import ReferenceNotAllowedError
-from timewheel.stores.base import Changed, Finish, Store, SupportsFinishMany
+from timewheel.stores.base import (
+    Changed,
+    Finish,
+    Lease,
+    Store,
+    SupportsFinishMany,
+    SupportsHeartbeatMany,
+)
 from timewheel.task import Task, TaskState
 
 __all__ = [
+    "HEARTBEAT_PAGE",
     "Dispatcher",
     "Engine",
     "GroupFinisher",
@@ -292,6 +300,10 @@ def _discarded(task: Task, owner: str) -> None:
         owner,
         extra=task_extra(task),
     )
+
+
+HEARTBEAT_PAGE = 1_000
+"""The most leases one heartbeat step extends (``SupportsHeartbeatMany``)."""
 
 
 class GroupFinisher:
@@ -905,14 +917,30 @@ class ThreadPoolDispatcher:
         held = [(task, owner) for task, owner, _ in self._running.snapshot()]
         if finisher is not None:  # successes not yet stored keep their leases too
             held += finisher.waiting()
-        for task, owner in held:
-            try:
-                ok = engine.store.heartbeat(
-                    task.id, owner=owner, lease_expires=now + engine.lease, now=now
-                )
-            except Exception:
-                log.exception("task %r: heartbeat failed", task.id)
-                continue
+        store = engine.store
+        extended: list[bool] = []
+        if isinstance(store, SupportsHeartbeatMany):
+            # one store step per page of leases, not one per task
+            for start in range(0, len(held), HEARTBEAT_PAGE):
+                page = held[start : start + HEARTBEAT_PAGE]
+                leases = [Lease(task.id, owner) for task, owner in page]
+                try:
+                    got = store.heartbeat_many(leases, lease_expires=now + engine.lease, now=now)
+                except Exception:
+                    log.exception("heartbeat of %d leases failed", len(page))
+                    got = [True] * len(page)  # unknown: nothing is reported lost
+                extended += got
+        else:
+            for task, owner in held:
+                try:
+                    ok = store.heartbeat(
+                        task.id, owner=owner, lease_expires=now + engine.lease, now=now
+                    )
+                except Exception:
+                    log.exception("task %r: heartbeat failed", task.id)
+                    ok = True
+                extended.append(ok)
+        for (task, owner), ok in zip(held, extended, strict=True):
             if not ok and (  # not merely finished meanwhile
                 self._running.holds(task.id, owner)
                 or (finisher is not None and finisher.holds(task.id, owner))

@@ -58,6 +58,7 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     claims.check_claim_next_threads,
     claims.check_claim_and_finish_race_threads,
     claims.check_heartbeat,
+    claims.check_heartbeat_many,
     claims.check_finish_owner_only,
     claims.check_finish_failed,
     claims.check_finish_forbidden,

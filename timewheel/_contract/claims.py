@@ -15,7 +15,7 @@ from timewheel._contract.support import (
 from timewheel.errors import (
     InvalidTransitionError,
 )
-from timewheel.stores.base import Finish, Store, SupportsFinishMany
+from timewheel.stores.base import Finish, Lease, Store, SupportsFinishMany, SupportsHeartbeatMany
 
 
 # -- claim -------------------------------------------------------------------------------------
@@ -228,6 +228,37 @@ def check_heartbeat(store: Store) -> None:
         "a finished task cannot be heartbeat"
     )
     assert store.heartbeat("ghost", owner="w1", lease_expires=T0, now=T0) is False
+
+
+def check_heartbeat_many(store: Store) -> None:
+    """Several leases extended in one step, each as ``heartbeat`` extends it."""
+    if not isinstance(store, SupportsHeartbeatMany):
+        return
+    store.insert_many([new_task(i) for i in ("a", "b", "c", "d")])
+    a = make_running(store, "a", owner="w1", lease=T0 + 10)
+    b = make_running(store, "b", owner="w2", lease=T0 + 10)
+    make_running(store, "c", owner="w1", lease=T0 + 10)
+    store.finish("c", owner="w1", state=S.SUCCEEDED, now=T0 + 1)
+    d = store.get("d")
+    assert store.heartbeat_many([], lease_expires=T0 + 20, now=T0 + 5) == [], "nothing to extend"
+    got = store.heartbeat_many(
+        [Lease("a", "w1"), Lease("b", "w1"), Lease("c", "w1"), Lease("d", "w1"), Lease("x", "w1")],
+        lease_expires=T0 + 20,
+        now=T0 + 5,
+    )
+    assert got == [True, False, False, False, False], (
+        f"only a lease its owner holds on a RUNNING task is extended (got {got})"
+    )
+    t = store.get("a")
+    assert (t.lease_expires, t.version, t.state, t.updated, t.lease_owner) == (
+        T0 + 20,
+        a.version + 1,
+        S.RUNNING,
+        T0 + 5,
+        "w1",
+    ), f"heartbeat_many extends the lease, version + 1 (got {t!r})"
+    assert store.get("b") == b, "another owner's lease is left as it was"
+    assert store.get("d") == d, "a task not RUNNING is left as it was"
 
 
 def check_finish_owner_only(store: Store) -> None:

@@ -33,12 +33,14 @@ from timewheel.task import EMPTY_KWARGS, ScheduleRecord, Task, TaskState
 __all__ = [
     "Changed",
     "Finish",
+    "Lease",
     "NewTasks",
     "OnConflict",
     "Promoted",
     "Store",
     "SupportsCompactInsert",
     "SupportsFinishMany",
+    "SupportsHeartbeatMany",
     "SupportsInspection",
     "SupportsMaintenance",
     "SupportsNewTasks",
@@ -384,6 +386,35 @@ class SupportsFinishMany(Protocol):
         Raises:
             InvalidTransitionError: an item's state is not one a run ends in; nothing is stored.
             TypeError: an item's changes name the lease fields.
+        """
+        ...
+
+
+class Lease(NamedTuple):
+    """One lease for :meth:`SupportsHeartbeatMany.heartbeat_many`: *owner*'s hold on the
+    RUNNING task *task_id*."""
+
+    task_id: str
+    owner: str
+
+
+@runtime_checkable
+class SupportsHeartbeatMany(Protocol):
+    """**Protocol:** a store that extends several leases in one step.
+
+    A process's thread pool holds every task its workers claimed and have not finished
+    (running, waiting in a claimed batch, or succeeded and waiting to be stored): on a durable
+    store that can be hundreds, whose leases the heartbeat extends in one statement and one
+    commit instead of one each.
+    """
+
+    def heartbeat_many(
+        self, leases: Sequence[Lease], *, lease_expires: float, now: float
+    ) -> list[bool]:
+        """``heartbeat`` each of *leases* to *lease_expires* at *now*, in one step.
+
+        Returns one result per item, in order, as ``heartbeat`` returns it: False where the
+        owner no longer holds a RUNNING task of that id (the others are extended all the same).
         """
         ...
 

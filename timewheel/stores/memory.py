@@ -13,7 +13,7 @@ from typing import Any
 
 from timewheel.shards import SHARD_MASK, ShardedDict
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, Finish, NewTasks, OnConflict, Store
+from timewheel.stores.base import Changed, Finish, Lease, NewTasks, OnConflict, Store
 from timewheel.stores.compact import CompactRecords
 from timewheel.stores.ready_index import ReadyIndex
 from timewheel.task import (
@@ -503,6 +503,16 @@ class MemoryStore(Store):
                 version=t.version + 1, lease_expires=lease_expires, updated=now
             )
             return True
+
+    def heartbeat_many(
+        self, leases: Sequence[Lease], *, lease_expires: float, now: float
+    ) -> list[bool]:
+        """``heartbeat`` each of *leases*, under one hold of the store's lock."""
+        with self._lock:
+            return [
+                self.heartbeat(task_id, owner=owner, lease_expires=lease_expires, now=now)
+                for task_id, owner in leases
+            ]
 
     def finish(
         self, task_id: str, *, owner: str, state: TaskState, now: float, **changes: Any

@@ -31,6 +31,7 @@ from timewheel.stores import policy
 from timewheel.stores.base import (
     Changed,
     Finish,
+    Lease,
     NewTasks,
     OnConflict,
     Promoted,
@@ -705,6 +706,30 @@ class PostgresStore(InspectionQueries, Store):
 
         ok: bool = self._write("extending a lease", work)
         return ok
+
+    def heartbeat_many(
+        self, leases: Sequence[Lease], *, lease_expires: float, now: float
+    ) -> list[bool]:
+        """``heartbeat`` each of *leases* in one autocommitted statement: an ``UPDATE ... FROM
+        unnest(...)`` that extends every lease its owner still holds and returns those."""
+        if not leases:
+            return []
+        lease_us, now_us = to_us(lease_expires), to_us(now)
+        ids = [lease.task_id for lease in leases]
+        owners = [lease.owner for lease in leases]
+
+        def work(conn: Conn) -> set[tuple[str, str]]:
+            rows = conn.execute(
+                "UPDATE tasks t SET lease_expires = %s, version = t.version + 1, updated = %s "
+                "FROM unnest(%s::text[], %s::text[]) AS h(id, owner) "
+                "WHERE t.id = h.id AND t.state = 'running' AND t.lease_owner = h.owner "
+                "RETURNING t.id, t.lease_owner",
+                (lease_us, now_us, ids, owners),
+            ).fetchall()
+            return {(str(r[0]), str(r[1])) for r in rows}
+
+        held: set[tuple[str, str]] = self._write("extending leases", work, autocommit=True)
+        return [(lease.task_id, lease.owner) in held for lease in leases]
 
     def finish(
         self, task_id: str, *, owner: str, state: TaskState, now: float, **changes: Any

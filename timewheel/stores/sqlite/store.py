@@ -25,7 +25,7 @@ from timewheel.errors import (
     VersionConflictError,
 )
 from timewheel.stores import policy
-from timewheel.stores.base import Changed, Finish, NewTasks, OnConflict, Promoted, Store
+from timewheel.stores.base import Changed, Finish, Lease, NewTasks, OnConflict, Promoted, Store
 from timewheel.stores.sqlite import bulk, schema
 from timewheel.stores.sqlite.codec import (
     SCHEDULES,
@@ -543,6 +543,24 @@ class SQLiteStore(Store):
                 (lease_us, now_us, task_id, owner),
             )
             return cur.rowcount == 1
+
+    def heartbeat_many(
+        self, leases: Sequence[Lease], *, lease_expires: float, now: float
+    ) -> list[bool]:
+        """``heartbeat`` each of *leases* in one transaction (one commit for all of them)."""
+        if not leases:
+            return []
+        lease_us, now_us = to_us(lease_expires), to_us(now)
+        with self._tx("extending leases") as conn:
+            return [
+                conn.execute(
+                    "UPDATE tasks SET lease_expires = ?, version = version + 1, updated = ? "
+                    "WHERE id = ? AND state = 'running' AND lease_owner = ?",
+                    (lease_us, now_us, task_id, owner),
+                ).rowcount
+                == 1
+                for task_id, owner in leases
+            ]
 
     def finish(
         self, task_id: str, *, owner: str, state: TaskState, now: float, **changes: Any
