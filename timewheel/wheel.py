@@ -11,7 +11,7 @@ from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterator, Sequence
 from heapq import heapify, heappop, heappush
 from itertools import repeat
-from operator import setitem
+from operator import countOf, setitem
 from typing import Generic, TypeVar
 
 from timewheel.errors import DuplicateKeyError
@@ -33,7 +33,6 @@ _INF = math.inf
 _NEG_INF = -math.inf
 _FAR = 1 << 200  # an integer tick later than any real event
 _BIG = 1e200  # add_many places a due time beyond this through add (the ticks would overflow)
-_FLOAT_ONLY = {float}
 _EXACT_TICKS = 1 << 53  # ticks below this compare exactly as floats (add_many splits a batch so)
 _BY_SLOT_MAX = 8  # add_many splits a batch over at most this many slots (a pass over it each)
 
@@ -396,7 +395,7 @@ class TimingWheel(Generic[K]):
         """:meth:`add_many` with the work per key in C, for distinct new keys due above the tick
         level in at most ``_BY_SLOT_MAX`` slots (else False, nothing done). Earned its place in
         benchmarks/bench_batch.py --memory: the per-key loop was 4,000 instructions a key."""
-        if set(map(type, dues)) != _FLOAT_ONLY or not math.isfinite(sum(dues)):
+        if countOf(map(type, dues), float) != len(dues) or not math.isfinite(sum(dues)):
             return False
         tps, lo, hi = self._ticks_per_second, min(dues), max(dues)
         if not lo > -_BIG or not hi < _BIG:
