@@ -18,12 +18,14 @@ collection traverses the waiting tasks. A record with arguments is a tuple
 table keeps for it.
 
 A batch of one function (:meth:`CompactRecords.add_many`) keeps its due times and arguments as
-the two lists it came with, and each task's record is an int naming the batch and a position in
-it (:data:`BATCH_SHIFT`): no tuple or bytes object is made per task, and ints are not tracked by
-the collector either, so inserting a batch of tasks with arguments sets off no collection (a
-tuple per task did, and a collection of the young generations traverses each one; the full
-collection it brings on in turn traverses the whole heap: benchmarks/bench_batch.py --memory).
-A position whose task has left holds ``None``; the batch leaves with its last task.
+two lists (copies of the batch's columns), and each task's record is an int naming the batch and
+a position in it (:data:`BATCH_SHIFT`): no tuple or bytes object is made per task, and ints are
+not tracked by the collector either, so inserting a batch sets off no collection (a tuple per
+task did, and a collection of the young generations traverses each one; the full collection
+they bring on in turn traverses the whole heap: benchmarks/bench_batch.py --memory). A task
+holds 48 bytes (the int and two list slots) where a tuple record took 72. A position whose task
+has left holds ``None``, and the two lists go with the batch's last task: until then a task
+that left still costs its 16 bytes of list slots.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ _DUES, _ARGS, _CREATED, _NUMBER, _LIVE = range(5)
 
 
 class CompactRecords:
-    """Fresh PENDING tasks with default options, by id, each held as a small tuple.
+    """Fresh PENDING tasks with default options, by id, each held as a small record.
 
     What a record stands for is ``Task(id=task_id, func=func, args=args, due=due, created=created,
     updated=created)``, PENDING at version 0. Runtime complexity: :meth:`add`, :meth:`get`,
@@ -319,7 +321,8 @@ class CompactRecords:
 
 
 def fields(record: bytes | tuple[Any, ...]) -> tuple[Any, ...]:
-    """A record's ``(due, created, function number, args)``, packed or not."""
+    """A packed or tuple record's ``(due, created, function number, args)`` (an int record is
+    read through its :class:`CompactRecords`, which holds its batch)."""
     if record.__class__ is bytes:
         return (*_unpack(record), ())
     return record  # type: ignore[return-value]  # a tuple record (mypy cannot narrow __class__)
