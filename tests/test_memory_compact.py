@@ -22,9 +22,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from timewheel.errors import DuplicateKeyError, TaskNotFoundError, TimewheelError
 from timewheel.stores import memory
+from timewheel.stores.base import NewTasks
 from timewheel.stores.compact import RECORD, fields
 from timewheel.stores.memory import MemoryStore
-from timewheel.task import Task, TaskState
+from timewheel.task import EMPTY_KWARGS, Task, TaskState
 
 S = TaskState
 IDS = [f"t{i}" for i in range(6)]
@@ -81,6 +82,30 @@ class CompactVersusFull(RuleBasedStateMachine):
         b = _outcome(lambda: self.compact.add_pending(tid, work, args, due, now))
         if a[0] == "ok":
             assert b == ("ok", None)
+        else:
+            assert b == ("error", DuplicateKeyError)
+
+    @rule(
+        ids=st.lists(st.sampled_from(IDS), unique=True, min_size=1, max_size=4),
+        data=st.data(),
+    )
+    def add_batch(self, ids: list[str], data: st.DataObject) -> None:
+        """``insert_new``: a batch of one function is kept as int records (a batch), one of
+        several functions record by record; all or nothing."""
+        n, now = len(ids), self.now
+        funcs = data.draw(st.sampled_from([[work] * n, [work, other] * n]))[:n]
+        args = [data.draw(st.sampled_from([(), (3,), ("y", 4)])) for _ in ids]
+        dues = [now + data.draw(st.floats(-5, 50)) for _ in ids]
+        tasks = [
+            Task(id=i, func=f, args=a, due=d, created=now, updated=now)
+            for i, f, a, d in zip(ids, funcs, args, dues, strict=True)
+        ]
+        a = _outcome(lambda: [c.task for c in self.full.insert_many(tasks, on_conflict="error")])
+        template = Task(id="template", func=print, due=now, created=now, updated=now)
+        batch = NewTasks(template, list(ids), funcs, args, [EMPTY_KWARGS] * n, dues)
+        b = _outcome(lambda: self.compact.insert_new(batch))
+        if a[0] == "ok":
+            assert b == ("ok", ())
         else:
             assert b == ("error", DuplicateKeyError)
 
@@ -159,7 +184,7 @@ class CompactVersusFull(RuleBasedStateMachine):
     def function_table_counts_the_records(self) -> None:
         records = self.compact._lite._records
         functions = self.compact._lite._functions
-        uses = Counter(fields(rec)[2] for rec in records.values())
+        uses = Counter(self.compact._lite._fields(rec)[2] for rec in records.values())
         assert {fid: use[1] for fid, use in functions.items()} == dict(uses)
         for fid, (func, _, shared) in functions.items():
             assert id(func) == fid == shared
@@ -237,7 +262,10 @@ def test_compact_records_are_not_tracked_by_the_cyclic_gc() -> None:
     assert len(records["a"]) == RECORD.size
     # ... and one int object per function, not per record, in those with arguments
     s.add_pending("c", work, (2,), 110.0, 100.0)
-    assert records["b"][2] is records["c"][2] == fields(records["a"])[2] == id(work)
+    b, c = records["b"], records["c"]
+    assert isinstance(b, tuple)
+    assert isinstance(c, tuple)
+    assert b[2] is c[2] == fields(records["a"])[2] == id(work)
     assert s.get("a").func is work
     s._lite._check()
 
@@ -357,3 +385,28 @@ def test_prune_lets_a_waiting_thread_in_between_batches(monkeypatch: pytest.Monk
     assert s.prune(before=10.0, states=[S.CANCELLED]) == 9
     assert written == ["w0", "w1", "w2"], "once after each batch"
     assert sorted(t.id for t in s.tasks()) == written
+
+
+def test_a_batch_of_one_function_is_kept_as_int_records_until_its_last_task_leaves() -> None:
+    s = MemoryStore()
+    template = Task(id="template", func=print, due=100.0, created=100.0, updated=100.0)
+    args: list[tuple[Any, ...]] = [(1,), (), ([2],)]
+    dues = [110.0, 111.0, 112.0]
+    s.insert_new(NewTasks(template, ["a", "b", "c"], [work] * 3, args, [EMPTY_KWARGS] * 3, dues))
+    records = s._lite._records
+    assert [type(r) for r in records.values()] == [int, int, int]  # no tuple per task
+    assert [(t.id, t.args, t.due, t.created) for t in sorted(s.tasks(), key=lambda t: t.id)] == [
+        ("a", (1,), 110.0, 100.0),
+        ("b", (), 111.0, 100.0),
+        ("c", ([2],), 112.0, 100.0),
+    ]
+    s._lite._check()
+    (moved,) = s.promote(["b"], 111.0)
+    assert (moved.state, moved.args, moved.func) == (S.READY, (), work)
+    s.delete("a")
+    s._lite._check()
+    assert s.get("c").args == ([2],)
+    assert s._lite._batches
+    s.delete("c")
+    assert not s._lite._batches
+    assert not s._lite._functions

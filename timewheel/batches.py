@@ -24,7 +24,7 @@ import math
 import os
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from itertools import islice
-from operator import itemgetter
+from operator import countOf, itemgetter
 from typing import Any
 
 from timewheel.jobs import Step, TaskFunction
@@ -92,18 +92,17 @@ def _columns(
     arguments, no keyword arguments of their own, and either no options or each exactly one
     plain ``delay`` or ``at`` number: read column by column, in C (``zip``, ``map``, ``set``).
     ``None`` for any other batch (the per-item pass then reads it)."""
+    # countOf(map(type, ...), t) != n rather than a set of the types: a set costs a hash and a
+    # probe per item (benchmarks/bench_batch.py --memory, under callgrind)
     n = len(items)
-    if not n or set(map(type, items)) != {tuple}:
+    if not n or countOf(map(type, items), tuple) != n:
         return None
-    widths = set(map(len, items))
-    if len(widths) != 1:
-        return None
-    width = widths.pop()
-    if not 1 <= width <= 4:
+    width = len(items[0])
+    if not 1 <= width <= 4 or countOf(map(len, items), width) != n:
         return None
     funcs = list(map(_FIRST, items))
     args = list(map(_SECOND, items)) if width > 1 else [()] * n
-    if set(map(type, args)) != {tuple}:
+    if countOf(map(type, args), tuple) != n:
         return None
     if width > 2 and list(map(_THIRD, items)).count(None) != n:
         return None
@@ -122,7 +121,7 @@ def _columns(
     values = list(map(itemgetter(name), options))  # KeyError: an item names another option
     if sum(map(len, options)) != n:  # each has *name*: none has another option
         return None
-    kinds = set(map(type, values))
+    kinds = {float} if countOf(map(type, values), float) == n else set(map(type, values))
     if not kinds <= {float, int} or not math.isfinite(sum(values)):  # NaN and inf propagate
         return None
     if not -bound < min(values) or not max(values) < bound:
@@ -198,7 +197,7 @@ def prepare_new(
         if columns is not None:
             raw, args_column, dues_column = columns
             n = len(raw)
-            distinct = set(raw)
+            distinct = {raw[0]} if raw.count(raw[0]) == n else set(raw)
             for func in distinct:
                 resolve(func)
             refs_column = (

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Hashable, Iterable, Iterator, MutableMapping, Sequence
-from operator import and_
+from operator import and_, getitem
 from typing import Any, TypeVar, overload
 
 __all__ = ["SHARDS", "SHARD_MASK", "ShardedDict"]
@@ -63,9 +63,10 @@ class ShardedDict(MutableMapping[K, V]):
 
     def holders(self, keys: Iterable[object]) -> list[dict[K, V]]:
         """The dict that holds (or would hold) each of *keys*, in their order, in one pass in C
-        (``operator.and_`` is a plain C function; ``SHARD_MASK.__and__`` would build an argument
-        tuple per call). Earned its place in benchmarks/bench_batch.py --memory."""
-        return list(map(self.shards.__getitem__, map(and_, map(hash, keys), _MASKS)))
+        (``operator.and_`` and ``getitem`` are plain C functions; ``SHARD_MASK.__and__`` and
+        ``shards.__getitem__`` would build an argument tuple per call). Earned its place in
+        benchmarks/bench_batch.py --memory."""
+        return list(map(getitem, itertools.repeat(self.shards), map(and_, map(hash, keys), _MASKS)))
 
     def has_any(self, keys: Sequence[object]) -> bool:
         """Whether any of *keys* is in the table, in one pass in C."""

@@ -10,8 +10,8 @@ import math
 from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterator, Sequence
 from heapq import heapify, heappop, heappush
-from itertools import chain, repeat
-from operator import setitem
+from itertools import repeat
+from operator import countOf, setitem
 from typing import Generic, TypeVar
 
 from timewheel.errors import DuplicateKeyError
@@ -33,7 +33,6 @@ _INF = math.inf
 _NEG_INF = -math.inf
 _FAR = 1 << 200  # an integer tick later than any real event
 _BIG = 1e200  # add_many places a due time beyond this through add (the ticks would overflow)
-_FLOAT_ONLY = {float}
 _EXACT_TICKS = 1 << 53  # ticks below this compare exactly as floats (add_many splits a batch so)
 _BY_SLOT_MAX = 8  # add_many splits a batch over at most this many slots (a pass over it each)
 
@@ -396,7 +395,7 @@ class TimingWheel(Generic[K]):
         """:meth:`add_many` with the work per key in C, for distinct new keys due above the tick
         level in at most ``_BY_SLOT_MAX`` slots (else False, nothing done). Earned its place in
         benchmarks/bench_batch.py --memory: the per-key loop was 4,000 instructions a key."""
-        if set(map(type, dues)) != _FLOAT_ONLY or not math.isfinite(sum(dues)):
+        if countOf(map(type, dues), float) != len(dues) or not math.isfinite(sum(dues)):
             return False
         tps, lo, hi = self._ticks_per_second, min(dues), max(dues)
         if not lo > -_BIG or not hi < _BIG:
@@ -411,30 +410,25 @@ class TimingWheel(Generic[K]):
                 return False
             ends.append(end)
             end = self._slot_end(end)
-        shards, holders = self._index.shards, self._index.holders(keys)
+        holders = self._index.holders(keys)  # each key's part of the index, found once (in C)
         if any(map(dict.__contains__, holders, keys)) or len(set(keys)) != len(keys):
             return False  # add() names the key
-        parts = split_at_ticks(keys, dues, tps, ends)
-        placed: list[dict[K, float]] = []  # each key's segment, in the order of the parts
-        for part_keys, part_dues in parts:
+        for part_dues, part_keys, part_holders in split_at_ticks(dues, tps, ends, keys, holders):
             key = part_keys[0]
             self.add(key, part_dues[0])  # the slot's bookkeeping, as for one key
-            segment = shards[hash(key) & SHARD_MASK][key]
+            segment = part_holders[0][key]
             level, place, segments = self._segments_holding(segment)
-            placed.append(segment)
+            placed = [segment]  # each key's segment
             done, count = 1, len(part_keys)
             while done < count:
                 room = SEGMENT - len(segment)
                 if room <= 0:
                     segment, room = self._new_segment(level, place, segments), SEGMENT
                 upto = min(count, done + room)
-                chunk = part_keys[done:upto]
-                segment.update(zip(chunk, part_dues[done:upto], strict=True))
+                segment.update(zip(part_keys[done:upto], part_dues[done:upto], strict=True))
                 placed.extend(repeat(segment, upto - done))
                 done = upto
-        if len(parts) > 1:  # the index entries in the parts' order
-            holders = self._index.holders(keys := list(chain.from_iterable(p for p, _ in parts)))
-        any(map(setitem, holders, keys, placed))  # in C: setitem returns None, any() runs through
+            any(map(setitem, part_holders, part_keys, placed))  # in C: setitem gives None
         return True
 
     def _slot_end(self, tick: int) -> int:

@@ -4,15 +4,13 @@ widths, splitting a batch at slot boundaries; and :class:`WheelStatistics`, the 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress
-from operator import not_
-from typing import TypeVar
+from itertools import compress, repeat
+from operator import gt, mul, not_
+from typing import Any
 
 __all__ = ["WheelStatistics", "as_time", "bad_time", "bucket_width", "split_at_ticks"]
-
-K = TypeVar("K", bound=Hashable)
 
 _BUCKETS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
 
@@ -87,22 +85,25 @@ def as_time(name: str, value: object) -> float:
 
 
 def split_at_ticks(
-    keys: Sequence[K], dues: Sequence[float], ticks_per_second: int, ends: Sequence[int]
-) -> list[tuple[Sequence[K], Sequence[float]]]:
-    """``(keys, dues)`` of the batch split before each tick of *ends* (ascending ticks, each
-    below 2**53 so that it compares exactly as a float), in the batch's order within each part;
-    the empty parts left out. A key's tick is ``floor(due * ticks_per_second)``, as the wheel
-    computes it. Runtime: a pass in C over what is left of the batch per tick of *ends*."""
-    parts: list[tuple[Sequence[K], Sequence[float]]] = []
-    scaled = list(map(float(ticks_per_second).__mul__, dues))
+    dues: Sequence[float], ticks_per_second: int, ends: Sequence[int], *columns: Sequence[Any]
+) -> list[tuple[Sequence[Any], ...]]:
+    """``(dues, *columns)`` of a batch (*columns* in step with *dues*) split before each tick of
+    *ends* (ascending ticks, each below 2**53 so that it compares exactly as a float), in the
+    batch's order within each part; the empty parts left out. A due time's tick is
+    ``floor(due * ticks_per_second)``, as the wheel computes it. Runtime: a pass in C over what
+    is left of the batch per column and tick of *ends*."""
+    parts: list[tuple[Sequence[Any], ...]] = []
+    rest: tuple[Sequence[Any], ...] = (dues, *columns)
+    # operator functions with repeat(), not a float's bound __mul__ and __gt__: those method
+    # wrappers build an argument tuple per call (a third of each pass: bench_batch.py --memory)
+    scaled = list(map(mul, dues, repeat(float(ticks_per_second))))
     for end in ends:
-        before = list(map(float(end).__gt__, scaled))
+        before = list(map(gt, repeat(float(end)), scaled))
         after = list(map(not_, before))
-        part_keys = list(compress(keys, before))
-        if part_keys:
-            parts.append((part_keys, list(compress(dues, before))))
-        keys, dues = list(compress(keys, after)), list(compress(dues, after))
+        if any(before):
+            parts.append(tuple(list(compress(column, before)) for column in rest))
+        rest = tuple(list(compress(column, after)) for column in rest)
         scaled = list(compress(scaled, after))
-    if keys:
-        parts.append((keys, dues))
+    if rest[0]:
+        parts.append(rest)
     return parts

@@ -16,19 +16,28 @@ the caller passed). ``bytes`` are never tracked by the cyclic garbage collector,
 collection traverses the waiting tasks. A record with arguments is a tuple
 ``(due, created, function number, args)``; those name the function by the one int object the
 table keeps for it.
+
+A batch of one function (:meth:`CompactRecords.add_many`) keeps its due times and arguments as
+two lists (copies of the batch's columns), and each task's record is an int naming the batch and
+a position in it (:data:`BATCH_SHIFT`): no tuple or bytes object is made per task, and ints are
+not tracked by the collector either, so inserting a batch sets off no collection (a tuple per
+task did, and a collection of the young generations traverses each one; the full collection
+they bring on in turn traverses the whole heap: benchmarks/bench_batch.py --memory). A task
+holds 48 bytes (the int and two list slots) where a tuple record took 72. A position whose task
+has left holds ``None``, and the two lists go with the batch's last task: until then a task
+that left still costs its 16 bytes of list slots.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, KeysView, Sequence
-from itertools import repeat
 from typing import Any
 
 from timewheel.stores.policy import task_exists
 from timewheel.task import Task, TaskState
 
-__all__ = ["RECORD", "CompactRecords", "fields"]
+__all__ = ["BATCH_SHIFT", "RECORD", "CompactRecords", "fields"]
 
 _PENDING = TaskState.PENDING
 
@@ -37,9 +46,16 @@ RECORD = struct.Struct("=ddQ")
 _pack = RECORD.pack
 _unpack = RECORD.unpack
 
+#: An int record is ``batch number << BATCH_SHIFT | position``.
+BATCH_SHIFT = 32
+_POSITION = (1 << BATCH_SHIFT) - 1
+# the parts of a batch (a list): its due times, its arguments (None: no task has any), the
+# creation time, the function number, the number of its tasks still held
+_DUES, _ARGS, _CREATED, _NUMBER, _LIVE = range(5)
+
 
 class CompactRecords:
-    """Fresh PENDING tasks with default options, by id, each held as a small tuple.
+    """Fresh PENDING tasks with default options, by id, each held as a small record.
 
     What a record stands for is ``Task(id=task_id, func=func, args=args, due=due, created=created,
     updated=created)``, PENDING at version 0. Runtime complexity: :meth:`add`, :meth:`get`,
@@ -48,13 +64,17 @@ class CompactRecords:
     Not thread-safe: the owning store's lock guards every call.
     """
 
-    __slots__ = ("_functions", "_records")
+    __slots__ = ("_batches", "_functions", "_next_batch", "_records")
 
     def __init__(self) -> None:
-        # task id -> RECORD-packed bytes, or (due, created, function number, args)
-        self._records: dict[str, bytes | tuple[Any, ...]] = {}
+        # task id -> RECORD-packed bytes, (due, created, function number, args), or an int
+        # naming a batch and a position in it
+        self._records: dict[str, bytes | tuple[Any, ...] | int] = {}
         # function number -> [function, records naming it, the number as the records' shared int]
         self._functions: dict[int, list[Any]] = {}
+        # batch number -> [dues, args or None, created, function number, tasks still held]
+        self._batches: dict[int, list[Any]] = {}
+        self._next_batch = 0
 
     def __len__(self) -> int:
         return len(self._records)
@@ -97,7 +117,7 @@ class CompactRecords:
         now: float,
     ) -> None:
         """:meth:`add` for a batch of fresh tasks with new, distinct ids, all or none. A batch of
-        one function whose tasks all have arguments, or none has, is stored column by column.
+        one function is kept as one batch of int records (see the module docstring).
 
         Raises:
             DuplicateKeyError: a record with one of the ids exists (nothing is added).
@@ -106,15 +126,15 @@ class CompactRecords:
         if not records.keys().isdisjoint(ids):
             raise task_exists(next(i for i in ids if i in records))
         n = len(ids)
-        if n and funcs.count(funcs[0]) == n:
+        if n and funcs.count(funcs[0]) == n and n <= _POSITION:
             number = self._use(funcs[0], n)
-            if all(args):
-                records.update(zip(ids, zip(dues, repeat(now), repeat(number), args), strict=True))
-                return
-            if not any(args):
-                records.update(zip(ids, map(_pack, dues, repeat(now), repeat(number)), strict=True))
-                return
-            self._release(number, n)
+            self._next_batch += 1
+            start = self._next_batch << BATCH_SHIFT
+            # copies: the caller's lists may be read while the store empties these
+            batch_args = list(args) if any(args) else None
+            self._batches[self._next_batch] = [list(dues), batch_args, now, number, n]
+            records.update(zip(ids, range(start, start + n), strict=True))
+            return
         for task_id, func, a, due in zip(ids, funcs, args, dues, strict=True):
             number = self._use(func, 1)
             records[task_id] = (due, now, number, a) if a else _pack(due, now, number)
@@ -135,12 +155,12 @@ class CompactRecords:
         rec = self._records.get(task_id)
         if rec is None:
             return None
-        return self._expand(task_id, fields(rec), _PENDING, 0, None)
+        return self._expand(task_id, self._fields(rec), _PENDING, 0, None)
 
     def created(self, task_id: str) -> float | None:
         """The creation time of *task_id*'s record, or ``None`` when there is none."""
         rec = self._records.get(task_id)
-        return None if rec is None else fields(rec)[1]
+        return None if rec is None else self._fields(rec)[1]
 
     def pop(
         self,
@@ -160,12 +180,12 @@ class CompactRecords:
         rec = self._records.get(task_id)
         if rec is None:
             return None
-        values = fields(rec)
+        values = self._fields(rec)
         if due_by is not None and values[0] > due_by:
             return None
         del self._records[task_id]
         task = self._expand(task_id, values, state, version, updated)
-        self._release(values[2])
+        self._forget(rec, values[2])
         return task
 
     def discard(self, task_id: str) -> bool:
@@ -173,22 +193,24 @@ class CompactRecords:
         rec = self._records.pop(task_id, None)
         if rec is None:
             return False
-        self._release(fields(rec)[2])
+        self._forget(rec, self._fields(rec)[2])
         return True
 
     # -- queries -----------------------------------------------------------------------------------
     def due_before(self, until: float) -> list[tuple[float, str]]:
         """``(due, id)`` of the records due before *until*, unordered."""
         hits = []
+        fields_of = self._fields
         for i, rec in self._records.items():
-            due = fields(rec)[0]
+            due = fields_of(rec)[0]
             if due < until:
                 hits.append((due, i))
         return hits
 
     def dues(self) -> list[float]:
         """Every record's due time, unordered."""
-        return [fields(rec)[0] for rec in self._records.values()]
+        fields_of = self._fields
+        return [fields_of(rec)[0] for rec in self._records.values()]
 
     def with_functions(
         self, keep: Callable[[Callable[..., Any]], bool]
@@ -198,18 +220,18 @@ class CompactRecords:
         kept = {number for number, use in self._functions.items() if keep(use[0])}
         if not kept:
             return []
-        functions = self._functions
+        functions, fields_of = self._functions, self._fields
         hits = []
         for i, rec in self._records.items():
-            number = fields(rec)[2]
+            number = fields_of(rec)[2]
             if number in kept:
                 hits.append((functions[number][0], i))
         return hits
 
     def tasks(self) -> list[Task]:
         """Every record's task, built on the fly, unordered."""
-        expand = self._expand
-        return [expand(i, fields(rec), _PENDING, 0, None) for i, rec in self._records.items()]
+        expand, fields_of = self._expand, self._fields
+        return [expand(i, fields_of(rec), _PENDING, 0, None) for i, rec in self._records.items()]
 
     # -- internals ---------------------------------------------------------------------------------
     def _expand(
@@ -232,6 +254,36 @@ class CompactRecords:
             updated=created if updated is None else updated,
         )
 
+    def _fields(self, record: bytes | tuple[Any, ...] | int) -> tuple[Any, ...]:
+        """A record's ``(due, created, function number, args)``, whatever its form."""
+        if record.__class__ is not int:
+            return fields(record)  # type: ignore[arg-type]  # bytes or a tuple
+        batch = self._batches[record >> BATCH_SHIFT]
+        position = record & _POSITION
+        args = batch[_ARGS]
+        return (
+            batch[_DUES][position],
+            batch[_CREATED],
+            batch[_NUMBER],
+            () if args is None else args[position],
+        )
+
+    def _forget(self, record: bytes | tuple[Any, ...] | int, number: int) -> None:
+        """A record that named function *number* was taken out: let its function go with its
+        last record and, for an int record, its batch position (and the batch with its last)."""
+        if record.__class__ is int:
+            key = record >> BATCH_SHIFT
+            batch = self._batches[key]
+            if batch[_LIVE] == 1:
+                del self._batches[key]
+            else:
+                batch[_LIVE] -= 1
+                position = record & _POSITION
+                batch[_DUES][position] = None
+                if batch[_ARGS] is not None:
+                    batch[_ARGS][position] = None
+        self._release(number)
+
     def _release(self, number: int, records: int = 1) -> None:
         """*records* records naming function *number* left: the function leaves the table with
         its last record."""
@@ -246,23 +298,31 @@ class CompactRecords:
         record without arguments is packed, one with arguments names its function by the function
         table's shared int."""
         uses: dict[int, int] = {}
+        held: dict[int, int] = {}  # batch number -> its int records
         for rec in self._records.values():
-            number = fields(rec)[2]
+            number = self._fields(rec)[2]
             assert number in self._functions, f"a record names an unknown function {number}"
-            if isinstance(rec, tuple):
+            if isinstance(rec, int):
+                batch = self._batches[rec >> BATCH_SHIFT]
+                assert number is batch[_NUMBER] is self._functions[number][2], "a batch's number"
+                assert batch[_DUES][rec & _POSITION] is not None, "a record at a freed position"
+                held[rec >> BATCH_SHIFT] = held.get(rec >> BATCH_SHIFT, 0) + 1
+            elif isinstance(rec, tuple):
                 assert len(rec) == 4, f"a tuple record has {len(rec)} fields"
                 assert rec[3], "a tuple record has no arguments"
                 assert number is self._functions[number][2], "a record does not share the number"
             else:
                 assert len(rec) == RECORD.size, f"a packed record has {len(rec)} bytes"
             uses[number] = uses.get(number, 0) + 1
+        assert held == {k: b[_LIVE] for k, b in self._batches.items()}, "batch counts are off"
         assert {n: use[1] for n, use in self._functions.items()} == uses, "use counts are off"
         for number, (func, _, shared) in self._functions.items():
             assert id(func) == number == shared, f"function table entry {number} is inconsistent"
 
 
 def fields(record: bytes | tuple[Any, ...]) -> tuple[Any, ...]:
-    """A record's ``(due, created, function number, args)``, packed or not."""
+    """A packed or tuple record's ``(due, created, function number, args)`` (an int record is
+    read through its :class:`CompactRecords`, which holds its batch)."""
     if record.__class__ is bytes:
         return (*_unpack(record), ())
     return record  # type: ignore[return-value]  # a tuple record (mypy cannot narrow __class__)
