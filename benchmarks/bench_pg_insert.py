@@ -55,7 +55,7 @@ import timewheel as tw
 from timewheel.stores.postgres import PostgresStore, inserts
 from timewheel.stores.postgres import schema as pg_schema
 from timewheel.stores.postgres.notify import channel
-from timewheel.stores.sqlite.codec import TASKS
+from timewheel.stores.sqlite.codec import TASKS, read_back
 
 DB = "timewheel_bench_insert"
 DUE, SCHEDULE_ID = TASKS.position["due"], TASKS.position["schedule_id"]
@@ -82,9 +82,9 @@ def template_row(dsn: str, schema: str) -> list[Any]:
     captured: list[list[Any]] = []
     real = inserts.insert_new
 
-    def spy(conn: Any, row: list[Any], *rest: Any) -> Any:
+    def spy(conn: Any, task: Any, row: list[Any], *rest: Any) -> Any:
         captured.append(list(row))
-        return real(conn, row, *rest)
+        return real(conn, task, row, *rest)
 
     inserts.insert_new = spy  # type: ignore[assignment]
     try:
@@ -259,20 +259,21 @@ def client_pieces(dsn: str, rounds: int, n: int) -> None:
     sched = tw.Scheduler(store=store, allow=["bench_postgres"])
     real_new, real_insert = inserts.insert_new, store.insert
 
-    def no_statement(conn: Any, row: list[Any], *rest: Any) -> Any:
-        return Changed(TASKS.decode(tuple(row)))
+    def no_statement(conn: Any, task: Any, row: list[Any], *rest: Any) -> Any:
+        return Changed(read_back(task, row))
 
     def encode_only(task: Any, on_conflict: Any = "error") -> Any:
         policy.check_task(task)
-        return Changed(TASKS.decode(tuple(TASKS.encode(policy.as_inserted(task)))))
+        new = policy.as_inserted(task, durable=True)
+        return Changed(read_back(new, TASKS.encode(new)))
 
     pieces: dict[str, list[float]] = {}
     try:
         for _ in range(rounds):
             for label, insert, new in (
                 ("schedule(), the store's insert doing nothing", lambda t, **_: Changed(t), None),
-                ("+ checking, as_inserted, encoding and decoding the row", encode_only, None),
-                ("+ the pool's connection, autocommit, retries (no statement)", None, no_statement),
+                ("+ checking, as_inserted, the row encoded, the snapshot", encode_only, None),
+                ("+ the pool's connection and the retry wrapper (no statement)", None, no_statement),
                 ("schedule(), the store's insert", None, None),
             ):
                 store.insert = insert or real_insert  # type: ignore[method-assign,assignment]

@@ -44,6 +44,7 @@ __all__ = [
     "decode_dependents",
     "from_us",
     "new_rows",
+    "read_back",
     "ready_ids",
     "to_us",
     "to_us_optional",
@@ -433,6 +434,44 @@ def claimed_fields(row: Row, owner: str, lease_us: int, now_us: int) -> dict[str
         "started": from_us(now_us),
         "updated": from_us(now_us),
     }
+
+
+_DUE, _STATE, _CREATED = TASKS.position["due"], TASKS.position["state"], TASKS.position["created"]
+_UPDATED, _TIMEOUT = TASKS.position["updated"], TASKS.position["timeout"]
+
+
+def read_back(task: Task, row: list[Any]) -> Task:
+    """What a read of *row* gives, *row* being :meth:`TASKS.encode <RowCodec.encode>` of *task*
+    (its state perhaps set since): the snapshot an insert answers with, without decoding what
+    was just encoded.
+
+    The fields *row* keeps as they are come from *task*: the function reference, the arguments
+    (checked to survive JSON unchanged when encoded), the options. The state, the instants (as
+    whole microseconds) and the timeout (a float) come from *row*. A task whose function is not
+    yet a reference, whose arguments are not a tuple, that carries a result, a lease or a start
+    is decoded.
+    """
+    if (
+        type(task.func) is not str
+        or type(task.args) is not tuple
+        or task.result is not None
+        or task.lease_expires is not None
+        or task.started is not None
+    ):
+        return TASKS.decode(tuple(row))
+    state = _STATES[row[_STATE]]
+    due, created = _from_us_fast(row[_DUE]), _from_us_fast(row[_CREATED])
+    updated, timeout = _from_us_fast(row[_UPDATED]), row[_TIMEOUT]
+    if (
+        state is task.state
+        and due == task.due
+        and created == task.created
+        and updated == task.updated
+        and type(task.due) is type(task.created) is type(task.updated) is float
+        and type(timeout) is type(task.timeout)
+    ):
+        return task
+    return task.evolve(state=state, due=due, created=created, updated=updated, timeout=timeout)
 
 
 # -- a batch of new tasks --------------------------------------------------------------------------
