@@ -273,7 +273,11 @@ def client_pieces(dsn: str, rounds: int, n: int) -> None:
             for label, insert, new in (
                 ("schedule(), the store's insert doing nothing", lambda t, **_: Changed(t), None),
                 ("+ checking, as_inserted, the row encoded, the snapshot", encode_only, None),
-                ("+ the pool's connection and the retry wrapper (no statement)", None, no_statement),
+                (
+                    "+ the pool's connection and the retry wrapper (no statement)",
+                    None,
+                    no_statement,
+                ),
                 ("schedule(), the store's insert", None, None),
             ):
                 store.insert = insert or real_insert  # type: ignore[method-assign,assignment]
