@@ -28,7 +28,8 @@ its processes) and this thread's CPU.
 
 ``--client`` instead measures this thread's CPU per ``schedule()`` with the store's parts
 replaced one by one by nothing (its insert; the statement; nothing), so each part's share is the
-difference of two lines.
+difference of two lines, and per insert of the same statement by psycopg alone, with no library
+code (what ``schedule()`` adds to it is the difference).
 
 ``--only NAME,...`` runs some variants (``floor`` and ``row`` are always run, as the baseline).
 """
@@ -267,9 +268,31 @@ def client_pieces(dsn: str, rounds: int, n: int) -> None:
         new = policy.as_inserted(task, durable=True)
         return Changed(read_back(new, TASKS.encode(new)))
 
+    row0 = template_row(dsn, "client")
+    raw = psycopg.connect(dsn, autocommit=True)
+    raw.execute("SET search_path TO client")
+    due_stmt = inserts.INSERT_DUE_IF_NEW.encode()
+    counter = [0]
+
+    def statement_alone() -> float:
+        """Thread CPU per insert of the same row by psycopg alone (no library code)."""
+        rows = []
+        for _ in range(n):
+            counter[0] += 1
+            r = list(row0)
+            r[0], r[2] = f"raw{counter[0]:029x}", json.dumps([counter[0]])
+            rows.append(inserts.ready_if_due(r))
+        t = time.thread_time()
+        for r in rows:
+            raw.execute(due_stmt, r).fetchone()
+        return (time.thread_time() - t) / n * 1e6
+
     pieces: dict[str, list[float]] = {}
     try:
         for _ in range(rounds):
+            pieces.setdefault("the statement alone (psycopg, no library code)", []).append(
+                statement_alone()
+            )
             for label, insert, new in (
                 ("schedule(), the store's insert doing nothing", lambda t, **_: Changed(t), None),
                 ("+ checking, as_inserted, the row encoded, the snapshot", encode_only, None),
@@ -290,9 +313,10 @@ def client_pieces(dsn: str, rounds: int, n: int) -> None:
         store.insert, inserts.insert_new = real_insert, real_new  # type: ignore[method-assign]
         sched.shutdown()
         store.close()
-    print(f"{'client CPU per schedule() (best round)':<62} µs")
+        raw.close()
+    print(f"{'client CPU per schedule() (median, best round)':<62} µs")
     for label, got in pieces.items():
-        print(f"{label:<62} {min(got):6.1f}")
+        print(f"{label:<62} {statistics.median(got):6.1f} {min(got):6.1f}")
 
 
 def main() -> None:
