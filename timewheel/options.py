@@ -418,6 +418,15 @@ def prepare(
     Raises:
         InvalidScheduleError, TypeError, SerializationError: naming the bad option.
     """
+    if not options and delay.__class__ in PLAIN_NUMBERS and -BIG_DELAY < delay < BIG_DELAY:
+        # schedule(f, *args, delay=d) alone: what build_task makes of it, the call's own checks
+        # made (every option at its default has nothing to check)
+        ref, _ = call_target(func, args, None, durable=durable, allowlist=allowlist)
+        task_id = id_maker(durable, new_id)()
+        due = now + float(delay)
+        return OneShot(
+            Task(id=task_id, func=ref, args=args, due=due, created=now, updated=now), "error"
+        )
     key = None
     if shapes is not None and delay is None:
         known = known_series(func, args, options, lambda: now, durable, allowlist, shapes)
