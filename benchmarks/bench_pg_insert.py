@@ -22,6 +22,8 @@ its processes) and this thread's CPU.
 * ``row-listened``: as ``row``, with another connection listening on the store's channel;
 * ``row-no-INDEX``: as ``row``, the index ``INDEX`` dropped (one variant per index);
 * ``row-bare``: the plain statement into the table with its primary key alone and no trigger;
+* ``row-due``: the statement ``schedule(f, i, delay=0)`` runs, a task already due (``INSERT ...
+  ON CONFLICT (id) DO NOTHING RETURNING state``, READY if the server finds it due), its state read;
 * ``schedule``: ``Scheduler.schedule(f, i, delay=0)`` on a ``PostgresStore`` of the current schema
   (a scheduler never started, as an application process that only enqueues): the library's
   client side is its thread CPU less ``row``'s.
@@ -154,6 +156,12 @@ def build(dsn: str, only: set[str] | None) -> list[Variant]:
 
         return run
 
+    due_if_new = inserts.INSERT_DUE_IF_NEW.encode()
+
+    def due(conn: Any, n: int, _: int) -> None:
+        for r in rows(n):
+            conn.execute(due_if_new, inserts.ready_if_due(r)).fetchone()
+
     def floor(conn: Any, n: int, start: int) -> None:
         for i in range(start, start + n):
             conn.execute("INSERT INTO jobs (payload) VALUES (%s)", (json.dumps([i]),))
@@ -183,6 +191,7 @@ def build(dsn: str, only: set[str] | None) -> list[Variant]:
             for name in indexes
         ),
         Variant("row-bare", "v_bare", drop_all, statement(trigger)),
+        Variant("row-due", "v_due", [], due),
         Variant("schedule", "v_schedule", [], schedule),
     ]
     return [v for v in variants if only is None or v.name in only or v.name in ("floor", "row")]
