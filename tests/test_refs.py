@@ -240,15 +240,14 @@ def test_func_ref_answers_again_as_the_first_time() -> None:
 
 def test_func_ref_answers_right_past_the_answers_it_keeps() -> None:
     for k in range(600):
-        f = functools.partial(module_level, k)
         with pytest.raises(SerializationError):
-            func_ref(f)
+            func_ref(functools.partial(module_level, k))
     kept = []
     for k in range(600):
         register_task(f"bounded-{k}", functools.partial(module_level, k))
-    for name, f in refs.registered().items():
+    for name, registered_func in refs.registered().items():
         if name.startswith("bounded-"):
-            kept.append(func_ref(f) == name)
+            kept.append(func_ref(registered_func) == name)
     assert all(kept)
     assert len(kept) == 600
 
