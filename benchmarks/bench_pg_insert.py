@@ -22,13 +22,16 @@ its processes) and this thread's CPU.
 * ``row-listened``: as ``row``, with another connection listening on the store's channel;
 * ``row-no-INDEX``: as ``row``, the index ``INDEX`` dropped (one variant per index);
 * ``row-bare``: the plain statement into the table with its primary key alone and no trigger;
+* ``row-due``: the statement ``schedule(f, i, delay=0)`` runs, a task already due (``INSERT ...
+  ON CONFLICT (id) DO NOTHING RETURNING state``, READY if the server finds it due), its state read;
 * ``schedule``: ``Scheduler.schedule(f, i, delay=0)`` on a ``PostgresStore`` of the current schema
   (a scheduler never started, as an application process that only enqueues): the library's
   client side is its thread CPU less ``row``'s.
 
 ``--client`` instead measures this thread's CPU per ``schedule()`` with the store's parts
 replaced one by one by nothing (its insert; the statement; nothing), so each part's share is the
-difference of two lines.
+difference of two lines, and per insert of the same statement by psycopg alone, with no library
+code (what ``schedule()`` adds to it is the difference).
 
 ``--only NAME,...`` runs some variants (``floor`` and ``row`` are always run, as the baseline).
 """
@@ -55,7 +58,7 @@ import timewheel as tw
 from timewheel.stores.postgres import PostgresStore, inserts
 from timewheel.stores.postgres import schema as pg_schema
 from timewheel.stores.postgres.notify import channel
-from timewheel.stores.sqlite.codec import TASKS
+from timewheel.stores.sqlite.codec import TASKS, read_back
 
 DB = "timewheel_bench_insert"
 DUE, SCHEDULE_ID = TASKS.position["due"], TASKS.position["schedule_id"]
@@ -82,9 +85,9 @@ def template_row(dsn: str, schema: str) -> list[Any]:
     captured: list[list[Any]] = []
     real = inserts.insert_new
 
-    def spy(conn: Any, row: list[Any], *rest: Any) -> Any:
+    def spy(conn: Any, task: Any, row: list[Any], *rest: Any) -> Any:
         captured.append(list(row))
-        return real(conn, row, *rest)
+        return real(conn, task, row, *rest)
 
     inserts.insert_new = spy  # type: ignore[assignment]
     try:
@@ -153,6 +156,12 @@ def build(dsn: str, only: set[str] | None) -> list[Variant]:
 
         return run
 
+    due_if_new = inserts.INSERT_DUE_IF_NEW.encode()
+
+    def due(conn: Any, n: int, _: int) -> None:
+        for r in rows(n):
+            conn.execute(due_if_new, inserts.ready_if_due(r)).fetchone()
+
     def floor(conn: Any, n: int, start: int) -> None:
         for i in range(start, start + n):
             conn.execute("INSERT INTO jobs (payload) VALUES (%s)", (json.dumps([i]),))
@@ -182,6 +191,7 @@ def build(dsn: str, only: set[str] | None) -> list[Variant]:
             for name in indexes
         ),
         Variant("row-bare", "v_bare", drop_all, statement(trigger)),
+        Variant("row-due", "v_due", [], due),
         Variant("schedule", "v_schedule", [], schedule),
     ]
     return [v for v in variants if only is None or v.name in only or v.name in ("floor", "row")]
@@ -259,20 +269,47 @@ def client_pieces(dsn: str, rounds: int, n: int) -> None:
     sched = tw.Scheduler(store=store, allow=["bench_postgres"])
     real_new, real_insert = inserts.insert_new, store.insert
 
-    def no_statement(conn: Any, row: list[Any], *rest: Any) -> Any:
-        return Changed(TASKS.decode(tuple(row)))
+    def no_statement(conn: Any, task: Any, row: list[Any], *rest: Any) -> Any:
+        return Changed(read_back(task, row))
 
     def encode_only(task: Any, on_conflict: Any = "error") -> Any:
         policy.check_task(task)
-        return Changed(TASKS.decode(tuple(TASKS.encode(policy.as_inserted(task)))))
+        new = policy.as_inserted(task, durable=True)
+        return Changed(read_back(new, TASKS.encode(new)))
+
+    row0 = template_row(dsn, "client")
+    raw = psycopg.connect(dsn, autocommit=True)
+    raw.execute("SET search_path TO client")
+    due_stmt = inserts.INSERT_DUE_IF_NEW.encode()
+    counter = [0]
+
+    def statement_alone() -> float:
+        """Thread CPU per insert of the same row by psycopg alone (no library code)."""
+        rows = []
+        for _ in range(n):
+            counter[0] += 1
+            r = list(row0)
+            r[0], r[2] = f"raw{counter[0]:029x}", json.dumps([counter[0]])
+            rows.append(inserts.ready_if_due(r))
+        t = time.thread_time()
+        for r in rows:
+            raw.execute(due_stmt, r).fetchone()
+        return (time.thread_time() - t) / n * 1e6
 
     pieces: dict[str, list[float]] = {}
     try:
         for _ in range(rounds):
+            pieces.setdefault("the statement alone (psycopg, no library code)", []).append(
+                statement_alone()
+            )
             for label, insert, new in (
                 ("schedule(), the store's insert doing nothing", lambda t, **_: Changed(t), None),
-                ("+ checking, as_inserted, encoding and decoding the row", encode_only, None),
-                ("+ the pool's connection, autocommit, retries (no statement)", None, no_statement),
+                ("+ checking, as_inserted, the row encoded, the snapshot", encode_only, None),
+                (
+                    "+ the pool's connection and the retry wrapper (no statement)",
+                    None,
+                    no_statement,
+                ),
                 ("schedule(), the store's insert", None, None),
             ):
                 store.insert = insert or real_insert  # type: ignore[method-assign,assignment]
@@ -285,9 +322,10 @@ def client_pieces(dsn: str, rounds: int, n: int) -> None:
         store.insert, inserts.insert_new = real_insert, real_new  # type: ignore[method-assign]
         sched.shutdown()
         store.close()
-    print(f"{'client CPU per schedule() (best round)':<62} µs")
+        raw.close()
+    print(f"{'client CPU per schedule() (median, best round)':<62} µs")
     for label, got in pieces.items():
-        print(f"{label:<62} {min(got):6.1f}")
+        print(f"{label:<62} {statistics.median(got):6.1f} {min(got):6.1f}")
 
 
 def main() -> None:

@@ -219,7 +219,9 @@ def test_a_task_deleted_between_the_two_statements_is_inserted_by_the_transactio
     real = inserts.insert_new
     racing: Any = _DeletedAfterTheInsert
     monkeypatch.setattr(
-        inserts, "insert_new", lambda conn, row, mode: real(racing(conn), row, mode)
+        inserts,
+        "insert_new",
+        lambda conn, task, row, mode: real(racing(conn), task, row, mode),
     )
     runs.clear()
     got = pg.insert(_task("a", due=500.0), on_conflict="keep").task

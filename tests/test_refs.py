@@ -6,6 +6,8 @@ import enum
 import functools
 import json
 import math
+import sys
+import types
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -205,6 +207,64 @@ def test_generation_changes_with_the_registry() -> None:
     g0 = refs.generation()
     register_task("gen", module_level)
     assert refs.generation() != g0
+
+
+def test_func_ref_answers_again_as_the_first_time() -> None:
+    """The answer kept for a function follows what would change it: a registration, an
+    unregistration, a name re-bound in its module, the module gone from ``sys.modules``."""
+    mod = types.ModuleType("tw_kept_refs")
+    sys.modules[mod.__name__] = mod
+
+    def job() -> None: ...
+
+    job.__module__, job.__qualname__ = mod.__name__, "job"
+    mod.job = job  # type: ignore[attr-defined]
+    try:
+        assert func_ref(job) == func_ref(job) == "tw_kept_refs:job"
+        register_task("kept-job", job)
+        assert func_ref(job) == "kept-job"
+        unregister("kept-job")
+        assert func_ref(job) == "tw_kept_refs:job"
+        mod.job = module_level  # type: ignore[attr-defined]
+        with pytest.raises(SerializationError, match="different object"):
+            func_ref(job)
+        mod.job = job  # type: ignore[attr-defined]
+        assert func_ref(job) == "tw_kept_refs:job"
+        del sys.modules[mod.__name__]
+        with pytest.raises(SerializationError, match="not imported"):
+            func_ref(job)
+    finally:
+        sys.modules.pop(mod.__name__, None)
+    assert func_ref(Holder.klass) == func_ref(Holder.klass) == f"{__name__}:Holder.klass"
+
+
+def test_func_ref_answers_right_past_the_answers_it_keeps() -> None:
+    for k in range(600):
+        with pytest.raises(SerializationError):
+            func_ref(functools.partial(module_level, k))
+    kept = []
+    for k in range(600):
+        register_task(f"bounded-{k}", functools.partial(module_level, k))
+    for name, registered_func in refs.registered().items():
+        if name.startswith("bounded-"):
+            kept.append(func_ref(registered_func) == name)
+    assert all(kept)
+    assert len(kept) == 600
+
+
+def test_allowlist_check_follows_the_registry() -> None:
+    allowlist = refs.Allowlist(["json"])
+    allowlist.check("json:dumps")
+    allowlist.check("json:dumps")
+    with pytest.raises(refs.ReferenceNotAllowedError):
+        allowlist.check("kept-name-a:b")
+    with pytest.raises(refs.ReferenceNotAllowedError):
+        allowlist.check("os:system")
+    register_task("os:system", module_level)  # a registered name runs whatever its text
+    allowlist.check("os:system")
+    unregister("os:system")
+    with pytest.raises(refs.ReferenceNotAllowedError):
+        allowlist.check("os:system")
 
 
 # -- resolve errors -------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import itertools
 import os
-import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -150,6 +149,8 @@ def conflict_policy(value: object, default: OnConflict) -> OnConflict:
 def due_time(now: float, delay: object, at: object, has_after: bool) -> float:
     """The due instant of a one-shot task from exactly one of *delay* and *at*, or *now* when
     neither is given but the task waits on upstream tasks."""
+    if at is None and delay is not None:
+        return now + seconds(delay, "delay")
     given = [n for n, v in (("delay", delay), ("at", at)) if v is not None]
     if len(given) > 1:
         raise InvalidScheduleError(
@@ -167,8 +168,14 @@ def due_time(now: float, delay: object, at: object, has_after: bool) -> float:
     )
 
 
+# the bits uuid.uuid4() sets on its 16 random bytes: the RFC 4122 variant and version 4
+_UUID4_KEEP = ~((0xC000 << 48) | (0xF000 << 64))
+_UUID4_SET = (0x8000 << 48) | (4 << 76)
+
+
 def _uuid_hex() -> str:
-    return uuid.uuid4().hex
+    """``uuid.uuid4().hex`` (the same random source, bits and text) without the ``UUID``."""
+    return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_KEEP | _UUID4_SET:032x}"
 
 
 #: the counter's last two hex digits, for :meth:`CounterIds.take`
@@ -411,6 +418,15 @@ def prepare(
     Raises:
         InvalidScheduleError, TypeError, SerializationError: naming the bad option.
     """
+    if not options and delay.__class__ in PLAIN_NUMBERS and -BIG_DELAY < delay < BIG_DELAY:
+        # schedule(f, *args, delay=d) alone: what build_task makes of it, the call's own checks
+        # made (every option at its default has nothing to check)
+        ref, _ = call_target(func, args, None, durable=durable, allowlist=allowlist)
+        task_id = id_maker(durable, new_id)()
+        due = now + float(delay)
+        return OneShot(
+            Task(id=task_id, func=ref, args=args, due=due, created=now, updated=now), "error"
+        )
     key = None
     if shapes is not None and delay is None:
         known = known_series(func, args, options, lambda: now, durable, allowlist, shapes)

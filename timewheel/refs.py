@@ -201,11 +201,48 @@ def func_ref(func: Callable[..., Any] | str) -> str:
         if not func:
             raise SerializationError("an empty string is not a function reference")
         return func
+    generation = _generation  # read first: a change while this one is worked out is seen next
+    try:
+        known = _refs_of.get(func)
+    except TypeError:  # an unhashable callable: no answer kept
+        known = None
+    if known is not None and known[0] == generation and _still_bound(func, known[2], known[3]):
+        return known[1]
     with _lock:
         name = _names.get(id(func))
-        if name is not None and _registry.get(name) is func:
-            return name
-    return _import_ref(func, "function")
+        registered = name is not None and _registry.get(name) is func
+    ref = name if registered and name is not None else _import_ref(func, "function")
+    _keep_ref(func, generation, ref, None if registered else ref)
+    return ref
+
+
+# func_ref's answers for the functions it was asked about: func -> (generation, reference, then
+# for an import path its module and attribute path, checked again at each use, as a rebinding
+# changes the answer). Bounded: emptied when full.
+_refs_of: dict[Any, tuple[int, str, str, tuple[str, ...]]] = {}
+_REFS_KEPT = 256
+
+
+def _keep_ref(func: Any, generation: int, ref: str, path: str | None) -> None:
+    if len(_refs_of) >= _REFS_KEPT:
+        _refs_of.clear()
+    module, _, qualname = (path or "").partition(":")
+    parts = tuple(qualname.split(".")) if path else ()
+    try:
+        _refs_of[func] = (generation, ref, module, parts)
+    except TypeError:  # unhashable
+        pass
+
+
+def _still_bound(func: Any, module: str, parts: tuple[str, ...]) -> bool:
+    """Whether the import path *module*:*parts* still gives *func* (True for a registered name,
+    whose changes move the generation)."""
+    if not parts:
+        return True
+    obj = sys.modules.get(module)
+    for part in parts:
+        obj = getattr(obj, part, None)
+    return obj is not None and _same(obj, func)
 
 
 def type_ref(cls: type) -> str:
@@ -467,11 +504,14 @@ class Allowlist:
         InvalidScheduleError: a name is not a dotted module path (``"myapp.jobs"``).
     """
 
-    __slots__ = ("_everything", "_modules")
+    __slots__ = ("_allowed", "_everything", "_modules")
 
     def __init__(self, modules: Iterable[str] = ()) -> None:
         self._modules = _module_names(modules, "allow=")
         self._everything = False
+        # references check() let pass -> the generation then (the registry is all that can
+        # change the answer); bounded: emptied when full
+        self._allowed: dict[str, int] = {}
 
     @classmethod
     def everything(cls) -> Allowlist:
@@ -527,9 +567,16 @@ class Allowlist:
 
         With *scheduling*, the message speaks of the ``schedule()`` call that would store *ref*.
         """
+        generation = _generation
+        allowed = self._allowed
+        if allowed.get(ref) == generation:
+            return
         problem = self.problem(ref)
         if problem is not None:
             raise self._refusal(ref, problem, scheduling=scheduling)
+        if len(allowed) >= _REFS_KEPT:
+            allowed.clear()
+        allowed[ref] = generation
 
     def resolve(self, ref: str) -> Callable[..., Any]:
         """The function *ref* names, if this allowlist runs it.

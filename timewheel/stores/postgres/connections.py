@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 import psycopg_pool
 from psycopg import errors as pgerrors
-from psycopg import pq, sql
+from psycopg import sql
 
 from timewheel.errors import StoreConfigError, StoreError
 from timewheel.stores import policy
@@ -103,8 +103,8 @@ class Connections:
         connect_timeout: seconds to wait for a connection.
         origin: set as ``timewheel.origin`` on every pooled connection (the token that marks
             this store's own notifications).
-        on_connect: called with every new pooled connection, configured and idle (a
-            reconnect: the store measures the clock again).
+        on_connect: called with every new pooled connection, configured and idle, in
+            autocommit mode (a reconnect: the store measures the clock again).
     """
 
     def __init__(
@@ -164,10 +164,8 @@ class Connections:
             conn.execute("SELECT set_config('timewheel.origin', %s, false)", (self.origin,))
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
-        conn.commit()
         if self.on_connect is not None:
             self.on_connect(conn)
-            conn.rollback()
 
     def _get_pool(self) -> psycopg_pool.ConnectionPool[Conn]:
         pool = self._pool
@@ -183,7 +181,7 @@ class Connections:
                     self.dsn,
                     min_size=1,
                     max_size=self.max_size,
-                    kwargs=dict(self._kwargs),
+                    kwargs=dict(self._kwargs, autocommit=True),
                     configure=self._configure,
                     timeout=self.connect_timeout,
                     reconnect_timeout=max(self.connect_timeout, 5.0),
@@ -195,9 +193,11 @@ class Connections:
     def run(self, doing: str, work: Callable[[Conn], T], *, autocommit: bool = False) -> T:
         """Run *work* in one transaction; retried on a lost connection or a lost race.
 
-        With *autocommit*, *work* runs on a connection in autocommit mode: each statement it
-        executes commits on its own, in one round trip (a transaction adds ``BEGIN`` and
-        ``COMMIT``, two more). For work that is one statement.
+        The pool's connections stay in autocommit mode (set when each is opened, never
+        switched): *work* runs inside ``conn.transaction()``, which sends ``BEGIN`` and
+        ``COMMIT`` (or ``ROLLBACK``) around it. With *autocommit*, *work* runs outside any
+        transaction: each statement it executes commits on its own, in one round trip (a
+        transaction adds two more). For work that is one statement.
 
         Raises:
             StoreError: the retries are spent (the message names *doing*, never the password);
@@ -208,11 +208,17 @@ class Connections:
         while True:
             pool = self._get_pool()
             try:
-                with pool.connection() as conn:
+                # getconn/putconn rather than pool.connection(): that context also ends a
+                # transaction the connection never opened (a commit, one more wait per call);
+                # putconn rolls back what a broken transaction left and drops a broken connection
+                conn = pool.getconn()
+                try:
                     if autocommit:
-                        return _autocommitted(conn, work)
+                        return work(conn)
                     with conn.transaction():
                         return work(conn)
+                finally:
+                    pool.putconn(conn)
             except pgerrors.ReadOnlySqlTransaction:
                 raise StoreError(
                     f"timewheel store at {self.where} (schema {self.schema!r}) was opened "
@@ -253,17 +259,6 @@ class Connections:
             pool, self._pool = self._pool, None
         if pool is not None and self._pid == os.getpid():
             pool.close()
-
-
-def _autocommitted(conn: Conn, work: Callable[[Conn], T]) -> T:
-    # a client-side switch (no round trip) on an idle connection, set back before the pool has
-    # it again; a broken connection is not set back (the pool discards it)
-    conn.autocommit = True
-    try:
-        return work(conn)
-    finally:
-        if conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
-            conn.autocommit = False
 
 
 PLANNER = "SET enable_bitmapscan = off"

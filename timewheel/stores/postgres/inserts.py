@@ -28,8 +28,8 @@ from timewheel.stores import policy
 from timewheel.stores.base import Changed, OnConflict
 from timewheel.stores.postgres import schema
 from timewheel.stores.postgres.connections import Conn
-from timewheel.stores.sqlite.codec import TASKS
-from timewheel.task import TaskState
+from timewheel.stores.sqlite.codec import TASKS, read_back
+from timewheel.task import Task, TaskState
 
 __all__ = ["INSERT_DUE", "INSERT_DUE_IF_NEW", "INSERT_NEW", "insert_new", "ready_if_due"]
 
@@ -63,10 +63,12 @@ def ready_if_due(row: list[Any]) -> list[Any]:
     return params
 
 
-def insert_new(conn: Conn, row: list[Any], on_conflict: OnConflict) -> Changed | None:
-    """Insert *row* (a task as :func:`~timewheel.stores.policy.as_inserted` leaves it for a
+def insert_new(conn: Conn, task: Task, row: list[Any], on_conflict: OnConflict) -> Changed | None:
+    """Insert *row* (*task*, as :func:`~timewheel.stores.policy.as_inserted` leaves it for a
     durable store, encoded; a READY row is stored READY only if the server finds it due) on
     *conn*, in autocommit mode; the change, or ``None`` when the store's transaction must decide.
+    The inserted task's snapshot is *task* as a read would give it
+    (:func:`~timewheel.stores.sqlite.codec.read_back`), with the state the server stored.
 
     Raises:
         DuplicateKeyError: ``on_conflict="error"`` and a task holds the id.
@@ -76,9 +78,9 @@ def insert_new(conn: Conn, row: list[Any], on_conflict: OnConflict) -> Changed |
         stored = conn.execute(_INSERT_DUE_IF_NEW, ready_if_due(row)).fetchone()
         if stored is not None:
             row[_STATE] = stored[0]
-            return Changed(TASKS.decode(tuple(row)))
+            return Changed(read_back(task, row))
     elif conn.execute(INSERT_NEW, row).rowcount == 1:
-        return Changed(TASKS.decode(tuple(row)))
+        return Changed(read_back(task, row))
     old = conn.execute(_EXISTING, (row[_ID],)).fetchone()
     if old is None:
         return None

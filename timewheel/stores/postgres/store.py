@@ -385,10 +385,11 @@ class PostgresStore(InspectionQueries, Store):
         policy.check_task(task)
         if not task.after:
             # one autocommitted statement; the transaction decides what it leaves (see inserts)
-            row = TASKS.encode(policy.as_inserted(task, durable=True))
+            new = policy.as_inserted(task, durable=True)
+            row = TASKS.encode(new)
             done: Changed | None = self._write(
                 "inserting a task",
-                lambda conn: inserts.insert_new(conn, row, on_conflict),
+                lambda conn: inserts.insert_new(conn, new, row, on_conflict),
                 autocommit=True,
             )
             if done is not None:

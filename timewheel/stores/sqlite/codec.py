@@ -44,6 +44,7 @@ __all__ = [
     "decode_dependents",
     "from_us",
     "new_rows",
+    "read_back",
     "ready_ids",
     "to_us",
     "to_us_optional",
@@ -224,6 +225,26 @@ class Column:
         return (self.name, *self.spans)
 
 
+def _row_builder(columns: Sequence[Column]) -> Callable[[Any], list[Any]]:
+    """A function of a record that returns its row: one list display of the fields, each
+    through its column's encoder, in column order (``RowCodec.encode`` runs once per insert;
+    a loop over the columns costs it twice as much)."""
+    encoders: dict[str, Callable[[Any], Any]] = {}
+    items = []
+    for k, c in enumerate(columns):
+        if not c.field.isidentifier():
+            raise ValueError(f"not a field name: {c.field!r}")
+        value = f"r.{c.field}"
+        if c.encode is not None:
+            encoders[f"e{k}"] = c.encode
+            value = f"e{k}({value})"
+        items.append(f"*{value}" if c.spans else value)
+    namespace: dict[str, Any] = {}
+    exec(f"def build(r):\n    return [{', '.join(items)}]\n", encoders, namespace)
+    built: Callable[[Any], list[Any]] = namespace["build"]
+    return built
+
+
 class RowCodec(Generic[R]):
     """Rows of one table to records and back, from its list of :class:`Column`.
 
@@ -247,6 +268,7 @@ class RowCodec(Generic[R]):
         self.insert = f"INSERT INTO {table} ({', '.join(self.names)}) VALUES ({', '.join('?' * len(self.names))})"
         self._build: Callable[..., R] = build
         self._by_field = {c.field: c for c in self.columns}
+        self._encode = _row_builder(self.columns)
         self._plain = [(c.field, self.position[c.name]) for c in self.columns if c.decode is None]
         self._converted = [
             (c.field, self.position[c.name], c.decode)
@@ -266,19 +288,10 @@ class RowCodec(Generic[R]):
             SerializationError: a value cannot be stored (the message names the record).
             InvalidScheduleError: a time is not finite, or a value has the wrong type.
         """
-        row: list[Any] = []
         try:
-            for c in self.columns:
-                v = getattr(record, c.field)
-                if c.encode is None:
-                    row.append(v)
-                elif c.spans:
-                    row.extend(c.encode(v))
-                else:
-                    row.append(c.encode(v))
+            return self._encode(record)
         except SerializationError as e:
             raise SerializationError(f"{self.kind} {record.id!r}: {e}") from None
-        return row
 
     def encode_many(self, records: Iterable[R]) -> list[list[Any]]:
         """The rows of *records*, each as :meth:`encode` gives it. A value that a record shares
@@ -433,6 +446,44 @@ def claimed_fields(row: Row, owner: str, lease_us: int, now_us: int) -> dict[str
         "started": from_us(now_us),
         "updated": from_us(now_us),
     }
+
+
+_DUE, _STATE, _CREATED = TASKS.position["due"], TASKS.position["state"], TASKS.position["created"]
+_UPDATED, _TIMEOUT = TASKS.position["updated"], TASKS.position["timeout"]
+
+
+def read_back(task: Task, row: list[Any]) -> Task:
+    """What a read of *row* gives, *row* being :meth:`TASKS.encode <RowCodec.encode>` of *task*
+    (its state perhaps set since): the snapshot an insert answers with, without decoding what
+    was just encoded.
+
+    The fields *row* keeps as they are come from *task*: the function reference, the arguments
+    (checked to survive JSON unchanged when encoded), the options. The state, the instants (as
+    whole microseconds) and the timeout (a float) come from *row*. A task whose function is not
+    yet a reference, whose arguments are not a tuple, that carries a result, a lease or a start
+    is decoded.
+    """
+    if (
+        type(task.func) is not str
+        or type(task.args) is not tuple
+        or task.result is not None
+        or task.lease_expires is not None
+        or task.started is not None
+    ):
+        return TASKS.decode(tuple(row))
+    state = _STATES[row[_STATE]]
+    due, created = _from_us_fast(row[_DUE]), _from_us_fast(row[_CREATED])
+    updated, timeout = _from_us_fast(row[_UPDATED]), row[_TIMEOUT]
+    if (
+        state is task.state
+        and due == task.due
+        and created == task.created
+        and updated == task.updated
+        and type(task.due) is type(task.created) is type(task.updated) is float
+        and type(timeout) is type(task.timeout)
+    ):
+        return task
+    return task.evolve(state=state, due=due, created=created, updated=updated, timeout=timeout)
 
 
 # -- a batch of new tasks --------------------------------------------------------------------------
