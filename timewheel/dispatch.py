@@ -392,7 +392,7 @@ class GroupFinisher:
 
     def _store(self, group: list[tuple[Task, str, Any]]) -> None:
         engine = self._engine
-        finishes = [Finish(t.id, o, TaskState.SUCCEEDED, {"result": r}) for t, o, r in group]
+        finishes = [Finish(t.id, o, TaskState.SUCCEEDED, {"result": r}, t) for t, o, r in group]
         try:
             changes = self._finish_many(finishes, now=engine.clock.time())
         except Exception:

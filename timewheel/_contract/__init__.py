@@ -66,6 +66,7 @@ CHECKS: tuple[Callable[[Store], None], ...] = (
     claims.check_finish_retry,
     claims.check_finish_release,
     claims.check_finish_many,
+    claims.check_finish_many_from_claimed,
     tasks.check_due_before,
     tasks.check_ready_listing,
     tasks.check_expired_leases,

@@ -230,6 +230,35 @@ def check_heartbeat(store: Store) -> None:
     assert store.heartbeat("ghost", owner="w1", lease_expires=T0, now=T0) is False
 
 
+def check_finish_many_from_claimed(store: Store) -> None:
+    """Outcomes that carry the snapshot their owner claimed give the same ended snapshots as
+    those read back from the store, after heartbeats moved the version and the lease."""
+    if not isinstance(store, SupportsFinishMany):
+        return
+    store.insert_many([new_task(i, args=(i, [1, 2])) for i in ("e", "f", "g")])
+    e = make_running(store, "e", owner="w1")
+    f = make_running(store, "f", owner="w1")
+    g = make_running(store, "g", owner="w2")
+    assert store.heartbeat("e", owner="w1", lease_expires=T0 + 50, now=T0 + 2)
+    assert store.heartbeat("e", owner="w1", lease_expires=T0 + 60, now=T0 + 3)
+    out = store.finish_many(
+        [
+            Finish("e", "w1", S.SUCCEEDED, {"result": {"k": [1, "x"]}}, e),
+            Finish("f", "w1", S.FAILED, {"error": "boom"}, f),
+            Finish("g", "w1", S.SUCCEEDED, {"result": None}, g),  # w2 holds it
+        ],
+        now=T0 + 5,
+    )
+    assert out[2] is None, "a finish by an owner that does not hold the task is discarded"
+    for ch, task_id in ((out[0], "e"), (out[1], "f")):
+        assert ch is not None, f"{task_id} is finished"
+        assert ch.task == store.get(task_id), (
+            f"the ended snapshot of {task_id} built from the claimed one is the stored task "
+            f"(got {ch.task!r}, stored {store.get(task_id)!r})"
+        )
+    assert store.get("g") == g, "the task another owner holds is unchanged"
+
+
 def check_heartbeat_many(store: Store) -> None:
     """Several leases extended in one step, each as ``heartbeat`` extends it."""
     if not isinstance(store, SupportsHeartbeatMany):

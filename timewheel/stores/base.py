@@ -360,12 +360,16 @@ class SupportsNewTasks(Protocol):
 
 class Finish(NamedTuple):
     """One run's outcome for :meth:`SupportsFinishMany.finish_many`: the arguments of
-    ``Store.finish(task_id, owner=owner, state=state, **changes)``."""
+    ``Store.finish(task_id, owner=owner, state=state, **changes)``, and optionally the snapshot
+    *owner* claimed (*claimed*). A RUNNING task changes only by its owner's heartbeats (its lease,
+    version and update time) and its end, so a store may build the ended snapshot from the
+    claimed one and the finish's changes instead of reading the row back."""
 
     task_id: str
     owner: str
     state: TaskState
     changes: Mapping[str, Any] = EMPTY_KWARGS
+    claimed: Task | None = None
 
 
 @runtime_checkable
