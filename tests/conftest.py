@@ -8,6 +8,7 @@ is unreachable; with ``CI=true`` they fail instead, so a CI run never passes wit
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,20 @@ from timewheel.stores.base import Store
 from timewheel.stores.memory import MemoryStore
 
 STORE_KINDS = ("memory", "sqlite", "postgres")
+
+GUARD = 60.0
+"""Seconds a test waits for something to happen: a hang guard, never a timing assertion."""
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    """Poll *condition* until it holds; fail naming *what* after ``GUARD`` seconds."""
+    end = time.monotonic() + GUARD
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.01)
+
+
 _reachable: dict[str, str | None] = {}
 
 

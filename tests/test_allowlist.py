@@ -18,7 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import pytest
 import timewheel as tw
 from tests.apps import allowed_jobs
 from tests.apps.allowed_jobs import add
+from tests.conftest import GUARD, wait_for
 from timewheel import refs
 from timewheel.cli import main
 from timewheel.delayqueue import ITEM_FUNC
@@ -39,7 +40,6 @@ from timewheel.task import Task
 from timewheel.testing import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
-GUARD = 60.0  # seconds: a hang guard, never a timing assertion
 S = tw.TaskState
 JOBS = "tests.apps.allowed_jobs"
 UNTRUSTED = "tests.untrusted"
@@ -85,14 +85,6 @@ def write_row(
             (task_id, func, json.dumps(args), us, state, retry, queue, us, us),
         )
     conn.close()
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + GUARD
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.02)
 
 
 # -- the policy, on the text and on the object found ---------------------------------------------

@@ -8,25 +8,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import timewheel as tw
+from tests.conftest import GUARD, wait_for
 from timewheel.stores.sqlite import SQLiteStore
 from timewheel.task import Task, TaskState
-
-GUARD = 60.0  # seconds: a hang guard, never a timing assertion
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + GUARD
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.01)
-
 
 _GATE = threading.Event()
 

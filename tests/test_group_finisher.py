@@ -5,28 +5,18 @@ they are stored (a slow store never lets a finished run's lease expire and the t
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 import timewheel as tw
 from tests.apps.worker_app import record
+from tests.conftest import GUARD, wait_for
 from timewheel.dispatch import GroupFinisher
 from timewheel.stores.base import Changed, Finish, Lease
 from timewheel.stores.sqlite import SQLiteStore
 from timewheel.task import Task, TaskState
-
-GUARD = 60.0  # seconds: a hang guard, never a timing assertion
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + GUARD
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.005)
 
 
 class GatedStore:
