@@ -42,7 +42,7 @@ from timewheel.stores.base import (
     Lease,
     Store,
     SupportsFinishMany,
-    SupportsHeartbeatMany,
+    extend_leases,
 )
 from timewheel.task import Task, TaskState
 
@@ -415,7 +415,7 @@ class GroupFinisher:
                 log.exception("task %r: error while reporting the run", task.id)
 
     def close(self) -> None:
-        """Store what waits, then stop the thread (later submissions are stored directly)."""
+        """Store what waits, then stop the threads (later submissions are stored directly)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -917,29 +917,17 @@ class ThreadPoolDispatcher:
         held = [(task, owner) for task, owner, _ in self._running.snapshot()]
         if finisher is not None:  # successes not yet stored keep their leases too
             held += finisher.waiting()
-        store = engine.store
+        leases = [Lease(task.id, owner) for task, owner in held]
         extended: list[bool] = []
-        if isinstance(store, SupportsHeartbeatMany):
-            # one store step per page of leases, not one per task
-            for start in range(0, len(held), HEARTBEAT_PAGE):
-                page = held[start : start + HEARTBEAT_PAGE]
-                leases = [Lease(task.id, owner) for task, owner in page]
-                try:
-                    got = store.heartbeat_many(leases, lease_expires=now + engine.lease, now=now)
-                except Exception:
-                    log.exception("heartbeat of %d leases failed", len(page))
-                    got = [True] * len(page)  # unknown: nothing is reported lost
-                extended += got
-        else:
-            for task, owner in held:
-                try:
-                    ok = store.heartbeat(
-                        task.id, owner=owner, lease_expires=now + engine.lease, now=now
-                    )
-                except Exception:
-                    log.exception("task %r: heartbeat failed", task.id)
-                    ok = True
-                extended.append(ok)
+        for start in range(0, len(leases), HEARTBEAT_PAGE):  # one store step per page
+            page = leases[start : start + HEARTBEAT_PAGE]
+            try:
+                extended += extend_leases(
+                    engine.store, page, lease_expires=now + engine.lease, now=now
+                )
+            except Exception:
+                log.exception("heartbeat of %d leases failed", len(page))
+                extended += [True] * len(page)  # unknown: nothing is reported lost
         for (task, owner), ok in zip(held, extended, strict=True):
             if not ok and (  # not merely finished meanwhile
                 self._running.holds(task.id, owner)

@@ -151,9 +151,8 @@ class _Tracker:
 
     def snapshot(self) -> list[tuple[str, str, float]]:
         """The running tasks, with how long each has run."""
-        now = time.monotonic()
         with self.lock:
-            return [(tid, fn, now - t0) for tid, (fn, t0) in self.running.items()]
+            return self._listed()
 
     def snapshot_if_free(self) -> list[tuple[str, str, float]] | None:
         """:meth:`snapshot`, or ``None`` when the lock is taken: a signal handler must not wait
@@ -161,9 +160,13 @@ class _Tracker:
         if not self.lock.acquire(blocking=False):
             return None
         try:
-            return [(tid, fn, time.monotonic() - t0) for tid, (fn, t0) in self.running.items()]
+            return self._listed()
         finally:
             self.lock.release()
+
+    def _listed(self) -> list[tuple[str, str, float]]:
+        now = time.monotonic()
+        return [(tid, fn, now - t0) for tid, (fn, t0) in self.running.items()]
 
 
 class _Signals:
@@ -297,14 +300,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         if len(signals.received) == 1:
             return  # the main thread wakes from signals.wait()
         unfinished = tracker.snapshot_if_free()
-        what = (
-            f"unfinished tasks keep their lease and run again once it expires (within {lease:g} s)"
-            if unfinished is None
-            else f"{len(unfinished)} unfinished task(s) ({_listing(unfinished)}) keep their "
-            f"lease and run again once it expires (within {lease:g} s)"
-            if unfinished
-            else "no task was running"
-        )
+        rerun = f"keep their lease and run again once it expires (within {lease:g} s)"
+        if unfinished is None:
+            what = f"unfinished tasks {rerun}"
+        elif unfinished:
+            what = f"{len(unfinished)} unfinished task(s) ({_listing(unfinished)}) {rerun}"
+        else:
+            what = "no task was running"
         # os.write: the main thread may be inside print() when the signal arrives
         os.write(2, f"timewheel worker: forced exit; {what}\n".encode())
         os._exit(128 + signum)

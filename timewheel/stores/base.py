@@ -49,6 +49,7 @@ __all__ = [
     "SupportsPromoteKeys",
     "SupportsServerClock",
     "WorkListener",
+    "extend_leases",
     "store_clock",
 ]
 
@@ -608,6 +609,19 @@ class SupportsPendingAmong(Protocol):
         """``(id, due, schedule_id)`` of those of *task_ids* that are PENDING with no unmet
         dependency (as :meth:`Store.due_before` gives them), by due time then id."""
         ...
+
+
+def extend_leases(
+    store: Store, leases: Sequence[Lease], *, lease_expires: float, now: float
+) -> list[bool]:
+    """``heartbeat`` each of *leases*: in one step when *store* supports
+    :class:`SupportsHeartbeatMany`, else one lease at a time. One result per lease, in order."""
+    if isinstance(store, SupportsHeartbeatMany):
+        return store.heartbeat_many(leases, lease_expires=lease_expires, now=now)
+    return [
+        store.heartbeat(task_id, owner=owner, lease_expires=lease_expires, now=now)
+        for task_id, owner in leases
+    ]
 
 
 def store_clock(clock: Clock | None, store: Store | None) -> Clock:

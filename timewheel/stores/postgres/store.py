@@ -468,8 +468,8 @@ class PostgresStore(InspectionQueries, Store):
                 # one notification for the batch, not one per row
                 server_now = self._quiet(conn)
                 rows = encoded if len(plan.bulk) == len(fresh) else TASKS.encode_many(plan.bulk)
-                if _not_due(plan.bulk, server_now):
-                    rows = TASKS.encode_many(_ready_if_due(plan.bulk, server_now))
+                if _pending_unless_due(plan.bulk, server_now):
+                    rows = TASKS.encode_many(plan.bulk)
                 # COPY: one statement streams every row (the fastest bulk insert PostgreSQL has)
                 with conn.cursor() as cur, cur.copy(_COPY) as copy:
                     for row in rows:
@@ -1078,16 +1078,13 @@ def _require(conn: Conn, name: str, where: str) -> None:
     conn.rollback()
 
 
-def _not_due(snapshots: Sequence[Task], server_now: int) -> bool:
-    """Whether some of *snapshots*, READY by their own clock, are not yet due by the server's
-    (*server_now*, epoch microseconds)."""
-    return any(t.state is TaskState.READY and to_us(t.due) > server_now for t in snapshots)
-
-
-def _ready_if_due(snapshots: list[Task], server_now: int) -> list[Task]:
-    """*snapshots* (a batch plan's, changed in place) with those the server's clock does not
-    find due yet back to PENDING, as an insert leaves them."""
+def _pending_unless_due(snapshots: list[Task], server_now: int) -> bool:
+    """Put back to PENDING, in place, those of *snapshots* READY by their own clock that the
+    server's (*server_now*, epoch microseconds) does not find due yet, as an insert leaves
+    them; whether there were any."""
+    changed = False
     for k, t in enumerate(snapshots):
         if t.state is TaskState.READY and to_us(t.due) > server_now:
             snapshots[k] = t.evolve(state=TaskState.PENDING)
-    return snapshots
+            changed = True
+    return changed
