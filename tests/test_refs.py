@@ -239,17 +239,22 @@ def test_func_ref_answers_again_as_the_first_time() -> None:
 
 
 def test_func_ref_answers_right_past_the_answers_it_keeps() -> None:
-    for k in range(600):
-        with pytest.raises(SerializationError):
-            func_ref(functools.partial(module_level, k))
-    kept = []
-    for k in range(600):
-        register_task(f"bounded-{k}", functools.partial(module_level, k))
-    for name, registered_func in refs.registered().items():
-        if name.startswith("bounded-"):
-            kept.append(func_ref(registered_func) == name)
-    assert all(kept)
-    assert len(kept) == 600
+    """Past the bound of kept answers, every function still gets its own reference (asked
+    twice: the second answer may come from what was kept), what is kept stays bounded, and a
+    name registered again answers for its new function only (the registry fixture cleans up)."""
+    functions = [functools.partial(module_level, k) for k in range(600)]
+    for k, func in enumerate(functions):
+        register_task(f"bounded-{k}", func)
+    for _ in range(2):
+        for k, func in enumerate(functions):
+            assert func_ref(func) == f"bounded-{k}"
+            assert len(refs._refs_of) <= refs._REFS_KEPT
+    replacement = functools.partial(module_level, -1)
+    unregister("bounded-599")
+    register_task("bounded-599", replacement)  # the name now runs another function
+    assert func_ref(replacement) == "bounded-599"
+    with pytest.raises(SerializationError):
+        func_ref(functions[599])  # a partial has no import path of its own
 
 
 def test_allowlist_check_follows_the_registry() -> None:

@@ -20,12 +20,11 @@ or silence them.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 from timewheel.task import Task
 
-__all__ = ["task_extra", "task_label", "utc_text"]
+__all__ = ["task_extra", "task_label"]
 
 
 def task_extra(task: Task) -> dict[str, Any]:
@@ -36,8 +35,3 @@ def task_extra(task: Task) -> dict[str, Any]:
 def task_label(task: Task) -> str:
     """``task 'id' (module:function, attempt n)`` for the start of a log message."""
     return f"task {task.id!r} ({task.func_name}, attempt {task.attempts})"
-
-
-def utc_text(second: float) -> str:
-    """An instant (epoch seconds) as ISO 8601 UTC text, for log messages."""
-    return datetime.fromtimestamp(second, timezone.utc).isoformat().replace("+00:00", "Z")

@@ -52,10 +52,11 @@ from typing import Protocol
 from timewheel.clock import Clock
 from timewheel.collector import CollectorHold
 from timewheel.errors import DuplicateKeyError, VersionConflictError
-from timewheel.logs import task_extra, task_label, utc_text
+from timewheel.logs import task_extra, task_label
 from timewheel.plans import Herd, InstancePlanner, Warming
 from timewheel.ready import ReadyQueue
 from timewheel.retention import Retention
+from timewheel.rules.base import utc_text
 from timewheel.shards import SHARD_MASK, ShardedDict
 from timewheel.stores import Promoted, SupportsPromoteKeys
 from timewheel.stores.base import Changed, Store, SupportsNotifications, SupportsPendingAmong

@@ -60,8 +60,7 @@ class InspectionQueries:
         """The last *limit* tasks that ended FAILED, TIMED_OUT or UPSTREAM_FAILED, newest first."""
         sts = [s.value for s in policy.REPORTED_FAILURES]
         rows = self.read_rows(
-            f"{_SEL} WHERE {policy.ENDED_SQL} AND state = ANY(%s) ORDER BY updated DESC, id "
-            "LIMIT %s",
+            f"{_SEL} WHERE {schema.states_condition(sts)} ORDER BY updated DESC, id LIMIT %s",
             (sts, max(limit, 0)),
         )
         return [TASKS.decode(r) for r in rows]

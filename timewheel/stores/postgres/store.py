@@ -422,7 +422,8 @@ class PostgresStore(InspectionQueries, Store):
         if count.state is TaskState.PENDING and policy.ready_at_insert(task, count.unmet):
             # READY if the server's clock finds it due as well
             stored = conn.execute(_INS_DUE, inserts.ready_if_due(row)).fetchone()
-            row[_STATE] = stored[0] if stored is not None else count.state.value
+            assert stored is not None  # an INSERT ... RETURNING returns its row
+            row[_STATE] = stored[0]
         else:
             conn.execute(_INS.encode(), row)
         if count.waits_on:

@@ -58,6 +58,12 @@ _PRUNE_CHECKPOINT_WAIT = 0.05  # seconds prune's checkpoint waits for busy conne
 _PRUNE_BATCH = 500  # tasks deleted per transaction; other writers get the lock in between
 
 _P, _R, _RUN = TaskState.PENDING, TaskState.READY, TaskState.RUNNING
+_HEARTBEAT = (
+    "UPDATE tasks SET lease_expires = ?, version = version + 1, updated = ? "
+    "WHERE id = ? AND state = 'running' AND lease_owner = ?"
+)
+"""One lease extended, if its owner still holds the RUNNING task: lease, now, id, owner."""
+
 _STATES = {s.value: s for s in TaskState}
 
 # row positions, from the one column table
@@ -537,11 +543,7 @@ class SQLiteStore(Store):
     def heartbeat(self, task_id: str, *, owner: str, lease_expires: float, now: float) -> bool:
         lease_us, now_us = to_us(lease_expires), to_us(now)
         with self._tx("extending a lease") as conn:
-            cur = conn.execute(
-                "UPDATE tasks SET lease_expires = ?, version = version + 1, updated = ? "
-                "WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (lease_us, now_us, task_id, owner),
-            )
+            cur = conn.execute(_HEARTBEAT, (lease_us, now_us, task_id, owner))
             return cur.rowcount == 1
 
     def heartbeat_many(
@@ -553,12 +555,7 @@ class SQLiteStore(Store):
         lease_us, now_us = to_us(lease_expires), to_us(now)
         with self._tx("extending leases") as conn:
             return [
-                conn.execute(
-                    "UPDATE tasks SET lease_expires = ?, version = version + 1, updated = ? "
-                    "WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                    (lease_us, now_us, task_id, owner),
-                ).rowcount
-                == 1
+                conn.execute(_HEARTBEAT, (lease_us, now_us, task_id, owner)).rowcount == 1
                 for task_id, owner in leases
             ]
 
