@@ -869,7 +869,8 @@ class Trigger:
             successors.extend(plan.successors)
             warming.deferred.extend(plan.deferred)
             warming.declined += len(chunk) - len(plan.prepared) - len(plan.deferred)
-            spent, chunk_cost = clock() - began, clock() - chunk_began
+            chunk_ended = clock()
+            spent, chunk_cost = chunk_ended - began, chunk_ended - chunk_began
             warming.measured(len(taken), chunk_cost)
             after = (len(successors) + self.PREPARE_CHUNK) * self._store_cost
             if looked >= least and spent + chunk_cost + after >= self.slice_seconds:

@@ -284,14 +284,14 @@ class CompactRecords:
                     batch[_ARGS][position] = None
         self._release(number)
 
-    def _release(self, number: int, records: int = 1) -> None:
-        """*records* records naming function *number* left: the function leaves the table with
-        its last record."""
+    def _release(self, number: int) -> None:
+        """A record naming function *number* left: the function leaves the table with its last
+        record."""
         use = self._functions[number]
-        if use[1] == records:
+        if use[1] == 1:
             del self._functions[number]
         else:
-            use[1] -= records
+            use[1] -= 1
 
     def _check(self) -> None:
         """Assert the invariants: each function's count is the number of records naming it; a
