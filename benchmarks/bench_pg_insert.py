@@ -10,8 +10,9 @@ in µs per insert: wall time, the server backend's CPU (``/proc/PID/stat`` of
 its processes) and this thread's CPU.
 
 * ``floor``: the plain loop of ``bench_postgres.py`` (a 4-column table with one partial index);
-* ``row``: the store's statement (``INSERT ... ON CONFLICT (id) DO NOTHING``) of the row a
-  ``schedule(f, i, delay=0)`` stores, into the current schema (its row trigger announces it);
+* ``row``: the plain insert statement (``INSERT ... ON CONFLICT (id) DO NOTHING``) of the row
+  a ``schedule(f, i, delay=0)`` stores, into the current schema (its row trigger announces it):
+  the baseline of the variants below (``schedule()`` itself runs ``row-due``'s statement);
 * ``row-schema-4``: the same statement into a schema 4 table;
 * ``row-announced``: the row announced by the statement itself instead of the trigger (a
   data-modifying ``WITH`` and ``pg_notify``; the connection sets ``timewheel.quiet``, so the
