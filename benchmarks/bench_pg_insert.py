@@ -193,6 +193,9 @@ def build(dsn: str, only: set[str] | None) -> list[Variant]:
         ),
         Variant("row-bare", "v_bare", drop_all, statement(trigger)),
         Variant("row-due", "v_due", [], due),
+        Variant(
+            "row-due-untriggered", "v_due_untrig", ["DROP TRIGGER tasks_inserted ON tasks"], due
+        ),
         Variant("schedule", "v_schedule", [], schedule),
     ]
     return [v for v in variants if only is None or v.name in only or v.name in ("floor", "row")]
