@@ -25,6 +25,7 @@ its processes) and this thread's CPU.
 * ``row-bare``: the plain statement into the table with its primary key alone and no trigger;
 * ``row-due``: the statement ``schedule(f, i, delay=0)`` runs, a task already due (``INSERT ...
   ON CONFLICT (id) DO NOTHING RETURNING state``, READY if the server finds it due), its state read;
+* ``row-due-untriggered``: as ``row-due``, the row trigger dropped (what announcing costs it);
 * ``schedule``: ``Scheduler.schedule(f, i, delay=0)`` on a ``PostgresStore`` of the current schema
   (a scheduler never started, as an application process that only enqueues): the library's
   client side is its thread CPU less ``row``'s.
