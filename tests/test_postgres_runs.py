@@ -8,6 +8,7 @@ Each test works in a fresh schema of the database ``TIMEWHEEL_POSTGRES_DSN`` nam
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -23,6 +24,8 @@ from timewheel import refs
 from timewheel.stores.base import Finish, SupportsPendingAmong
 from timewheel.stores.postgres import PostgresStore
 from timewheel.stores.postgres.connections import APPLICATION_NAME
+from timewheel.stores.postgres.runs import check_finishes, group_statement
+from timewheel.stores.postgres.schema import COLUMN_TYPES
 from timewheel.task import Task, TaskState
 
 S = TaskState
@@ -42,7 +45,8 @@ def pg(postgres_schemas: Schemas) -> Iterator[PostgresStore]:
 def _task(task_id: str, **kw: Any) -> Task:
     kw.setdefault("func", FUNC)
     kw.setdefault("created", T0 - 10)
-    return Task(id=task_id, due=T0, **kw)
+    kw.setdefault("due", T0)
+    return Task(id=task_id, **kw)
 
 
 def _running(store: PostgresStore, ids: list[str], owner: str = "w1") -> dict[str, Task]:
@@ -270,3 +274,57 @@ def test_pending_among_names_the_tasks_still_waiting(pg: PostgresStore) -> None:
         f"only PENDING tasks with no unmet dependency, as due_before gives them (got {got})"
     )
     assert pg.pending_among([]) == []
+
+
+def test_the_column_types_are_the_tables(pg: PostgresStore) -> None:
+    rows = pg.read_rows(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = 'tasks'",
+        (pg.schema,),
+    )
+    assert dict(rows) == COLUMN_TYPES, "a finish casts each value to its column's own type"
+
+
+def test_a_group_stores_nulls_beside_values_of_every_type(pg: PostgresStore) -> None:
+    ids = ["a", "b", "c", "d", "e"]
+    pg.insert_many([_task(i) for i in ids])
+    _running(pg, ids)
+    text = 'quote " backslash \\ newline \n tab \t unicode é ∞ \u0001'
+    out = pg.finish_many(
+        [
+            Finish("a", "w1", S.SUCCEEDED, {"result": None}),
+            Finish("b", "w1", S.SUCCEEDED, {"result": {"text": text, "n": [1, 2.5, None]}}),
+            Finish("c", "w1", S.PENDING, {"due": T0 + 30, "error": None}),
+            Finish("d", "w1", S.PENDING, {"due": T0 + 31.000001, "error": text}),
+            Finish("e", "w1", S.FAILED, {"error": "x" * 10_000, "attempts": 7}),
+        ],
+        now=T0 + 5,
+    )
+    got = {ch.task.id: ch.task for ch in out if ch is not None}
+    assert sorted(got) == ids, "every finish of a held task is stored"
+    for i in ids:
+        assert pg.get(i) == got[i], f"the snapshot of {i} is the row stored"
+    assert got["a"].result is None
+    assert got["b"].result == {"text": text, "n": [1, 2.5, None]}, "a result's text is kept"
+    assert (got["c"].due, got["c"].error) == (T0 + 30, None), "a NULL beside a value is stored"
+    assert (got["d"].due, got["d"].error) == (T0 + 31.000001, text)
+    assert (got["e"].error, got["e"].attempts) == ("x" * 10_000, 7)
+
+
+def test_a_group_finds_its_rows_by_primary_key(pg: PostgresStore) -> None:
+    ids = [f"t{i:03d}" for i in range(200)]
+    pg.insert_many([_task(i) for i in ids])
+    # (in a table of a few thousand rows a scan of it all is the cheaper plan, and is chosen)
+    pg.insert_many([_task(f"later{i:05d}", due=T0 + 3600) for i in range(20_000)])
+    claimed = _running(pg, ids)
+    with _holder(pg) as conn:
+        conn.execute("ANALYZE tasks")
+        conn.commit()
+    prepared = check_finishes(
+        [Finish(i, "w1", S.SUCCEEDED, {"result": None}, claimed[i]) for i in ids]
+    )
+    rows = json.dumps([p[3] for p in prepared])
+    statement = group_statement(["result", "result_repr"])
+    plan = pg.read_rows("EXPLAIN " + statement, ("succeeded", 0, rows))
+    text = "\n".join(str(r[0]) for r in plan)
+    assert "tasks_pkey" in text, f"each row is looked up on the primary key:\n{text}"

@@ -25,6 +25,7 @@ from timewheel.stores.policy import ENDED_SQL, ENDED_STATES, OTHER_QUEUES_SQL, R
 from timewheel.stores.sqlite.codec import TASKS
 
 __all__ = [
+    "COLUMN_TYPES",
     "COUNT_BY_STATE",
     "FUNCTION_INDEXED",
     "INSERT_TASK",
@@ -42,6 +43,35 @@ __all__ = [
 
 TASK_COLUMNS = ", ".join(TASKS.names)
 """The ``tasks`` table's columns, in the codec's order."""
+COLUMN_TYPES: dict[str, str] = {
+    "id": "text",
+    "func": "text",
+    "args": "text",
+    "kwargs": "text",
+    "due": "bigint",
+    "state": "text",
+    "version": "bigint",
+    "attempts": "integer",
+    "retry": "text",
+    "priority": "integer",
+    "queue": "text",
+    "timeout": "double precision",
+    "lease_owner": "text",
+    "lease_expires": "bigint",
+    "created": "bigint",
+    "updated": "bigint",
+    "result": "text",
+    "result_repr": "integer",
+    "error": "text",
+    "schedule_id": "text",
+    "after": "text",
+    "unmet": "integer",
+    "when_": "text",
+    "extra": "text",
+    "started": "bigint",
+}
+"""The SQL type of each column of the ``tasks`` table, as :data:`MIGRATIONS` leave it: what a
+statement casts a value read from JSON to."""
 SELECT_TASKS = f"SELECT {TASK_COLUMNS} FROM tasks"
 """Every column of the ``tasks`` table, in the codec's order: add a ``WHERE`` clause."""
 INSERT_TASK = f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join(['%s'] * len(TASKS.names))})"
