@@ -27,8 +27,9 @@ its processes) and this thread's CPU.
   ON CONFLICT (id) DO NOTHING RETURNING state``, READY if the server finds it due), its state read;
   ``row-due-schema-6``: the same into a schema 6 table (its row trigger announces the row);
 * ``schedule``: ``Scheduler.schedule(f, i, delay=0)`` on a ``PostgresStore`` of the current schema
-  (a scheduler never started, as an application process that only enqueues): the library's
-  client side is its thread CPU less ``row``'s.
+  (a scheduler never started, as an application process that only enqueues; the store's default
+  pool, its server CPU that of all its backends, the connection its announcements take
+  included): the library's client side is its thread CPU less ``row``'s.
 
 ``--client`` instead measures this thread's CPU per ``schedule()`` with the store's parts
 replaced one by one by nothing (its insert; the statement; nothing), so each part's share is the
@@ -80,6 +81,17 @@ def backend_cpu(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def store_backends(conn: Any) -> list[int]:
+    """The server processes of the store's pooled connections in this database."""
+    return [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'timewheel'"
+        )
+    ]
 
 
 def template_row(dsn: str, schema: str) -> list[Any]:
@@ -240,17 +252,23 @@ def one_round(dsn: str, v: Variant, n: int, start: int) -> tuple[float, float, f
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(v.schema)))
             target: Any = conn
             if v.name == "schedule":
-                store = PostgresStore(dsn, schema=v.schema, pool_size=1)
+                store = PostgresStore(dsn, schema=v.schema)
                 target = tw.Scheduler(store=store, allow=["bench_postgres"])
                 target.schedule(noop_job, -1, delay=3600)  # the pool's connection, opened
-                pid = store.read_rows("SELECT pg_backend_pid()")[0][0]
             else:
                 (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone() or (0,)
             v.run(target, 50, start)  # warm up: statements prepared
-            cpu0, thread0, t0 = backend_cpu(pid), time.thread_time(), time.perf_counter()
+
+            def server_cpu() -> dict[int, float]:
+                if store is None:
+                    return {pid: backend_cpu(pid)}
+                return {p: backend_cpu(p) for p in store_backends(conn)}
+
+            cpu0, thread0, t0 = server_cpu(), time.thread_time(), time.perf_counter()
             v.run(target, n, start + 50)
             wall = time.perf_counter() - t0
-            client, server = time.thread_time() - thread0, backend_cpu(pid) - cpu0
+            client = time.thread_time() - thread0
+            server = sum(c - cpu0.get(p, 0.0) for p, c in server_cpu().items())
             if v.name == "schedule":
                 target.shutdown()
             conn.execute("TRUNCATE jobs" if v.name == "floor" else "TRUNCATE tasks")
