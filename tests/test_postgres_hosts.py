@@ -351,6 +351,24 @@ def test_single_inserts_are_announced_after_their_commits(
         stop()
 
 
+def test_a_batch_announces_its_pending_and_its_ready_work_from_its_transaction(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = two
+    heard, stop = _heard_after_connect(b)
+    try:
+        now = time.time()
+        a.insert(_task("old", due=now + 86_400))  # not announced: due beyond NOTIFY_WITHIN
+        # "x" goes in by COPY, READY; "old" is replaced one by one, PENDING and due soon
+        a.insert_many([_ready("x"), _task("old", due=now + 1)], on_conflict="replace")
+        got = sorted([heard.next(), heard.next()], key=str)
+        assert got == [("changed", (False, True)), ("changed", (True, False))]
+        assert a.announcer.flush(30)
+        assert heard.drain() == []
+    finally:
+        stop()
+
+
 def test_a_store_is_not_told_its_own_inserts_and_close_sends_what_is_gathered(
     two: tuple[PostgresStore, PostgresStore],
 ) -> None:

@@ -38,17 +38,10 @@ from timewheel.stores.base import (
     Store,
     WorkListener,
 )
-from timewheel.stores.postgres import inserts, runs, schema
+from timewheel.stores.postgres import inserts, notify, runs, schema
 from timewheel.stores.postgres.clocks import CLOCK_WARNING, ServerClocks, measure
 from timewheel.stores.postgres.connections import Conn, Connections, parse_url
 from timewheel.stores.postgres.inspection import InspectionQueries
-from timewheel.stores.postgres.notify import (
-    Announcer,
-    Listener,
-    channel,
-    many_payload,
-    ready_payload,
-)
 from timewheel.stores.sqlite.codec import (
     SCHEDULES,
     TASKS,
@@ -177,7 +170,7 @@ class PostgresStore(InspectionQueries, Store):
         self.where = self._connections.where
         self._claimable = policy.ClaimableRefs("PostgresStore")
         self._clocks = ServerClocks(self.where)
-        self._listener: Listener | None = None
+        self._listener: notify.Listener | None = None
         self._listener_lock = threading.Lock()
         self._remeasured = -float("inf")
         conn = self._connections.connect()
@@ -198,10 +191,10 @@ class PostgresStore(InspectionQueries, Store):
             conn.close()
         self._clocks.note(self.clock_offset, "at open")
         self._run = self._connections.run
-        self._channel = channel(schema)
-        self._ready_note = ready_payload(self.origin)
+        self._channel = notify.channel(schema)
+        self._ready_note = notify.ready_payload(self.origin)
         #: announces the tasks this store object inserts one at a time, after their commits
-        self.announcer = Announcer(
+        self.announcer = notify.Announcer(
             lambda statement, params: self._write(
                 "announcing inserted work", lambda c: c.execute(statement, params), autocommit=True
             ),
@@ -308,7 +301,12 @@ class PostgresStore(InspectionQueries, Store):
         clock."""
         conn.execute(
             f"SELECT pg_notify(%s, %s) WHERE %s < {_SERVER_NOW} + %s",
-            (self._channel, many_payload(self.origin, first_due_us), first_due_us, _WITHIN_US),
+            (
+                self._channel,
+                notify.many_payload(self.origin, first_due_us),
+                first_due_us,
+                _WITHIN_US,
+            ),
         )
 
     def _announce_ready(self, conn: Conn) -> None:
@@ -352,13 +350,13 @@ class PostgresStore(InspectionQueries, Store):
         :mod:`~timewheel.stores.postgres.notify`)."""
         return self.listener().add(listener)
 
-    def listener(self) -> Listener:
+    def listener(self) -> notify.Listener:
         """This process's listening connection and thread (made when first asked for)."""
         with self._listener_lock:
             current = self._listener
             if current is None or current.pid != os.getpid():
                 # after fork() the parent's thread is not here: listen anew
-                current = self._listener = Listener(
+                current = self._listener = notify.Listener(
                     self._connections.connect,
                     schema=self.schema,
                     origin=self.origin,
@@ -492,10 +490,11 @@ class PostgresStore(InspectionQueries, Store):
             }
             # one notification for the batch, not one per row
             dues = [to_us(t.due) for t in plan.bulk if t.state is TaskState.PENDING]
+            ready = len(dues) < len(plan.bulk) or any(r[_STATE] == _READY for r in inserted)
             dues += [r[_DUE] for r in inserted if r[_STATE] == _PENDING and not r[_UNMET]]
             if dues:
                 self._announce_many(conn, min(dues))
-            if len(dues) < len(plan.bulk) or any(r[_STATE] == _READY for r in inserted):
+            if ready:
                 self._announce_ready(conn)
             return policy.batch_changes(tasks, plan, changed)
 
