@@ -11,24 +11,25 @@ its processes) and this thread's CPU.
 
 * ``floor``: the plain loop of ``bench_postgres.py`` (a 4-column table with one partial index);
 * ``row``: the plain insert statement (``INSERT ... ON CONFLICT (id) DO NOTHING``) of the row
-  a ``schedule(f, i, delay=0)`` stores, into the current schema (its row trigger announces it):
-  the baseline of the variants below (``schedule()`` itself runs ``row-due``'s statement);
-* ``row-schema-4``: the same statement into a schema 4 table;
-* ``row-announced``: the row announced by the statement itself instead of the trigger (a
-  data-modifying ``WITH`` and ``pg_notify``; the connection sets ``timewheel.quiet``, so the
-  trigger lets the row pass);
-* ``row-trigger-empty``: as ``row``, the trigger's function doing nothing (what calling it
-  costs); ``row-trigger-constant``: its function sending a constant notification;
-* ``row-no-notify``: as ``row`` on a connection that sets ``timewheel.quiet``: no announcement;
+  a ``schedule(f, i, delay=0)`` stores, into the current schema (no trigger: the store announces
+  it afterwards): the baseline of the variants below (``schedule()`` itself runs ``row-due``'s
+  statement);
+* ``row-schema-4``, ``row-schema-6``: the same statement into a schema 4 or 6 table (the row
+  trigger of schemas 3 to 6 announces it);
+* ``row-announced``: the row announced by the statement itself (a data-modifying ``WITH`` and
+  ``pg_notify``);
+* ``row-trigger-empty``: as ``row-schema-6``, the trigger's function doing nothing (what calling
+  it costs); ``row-trigger-constant``: its function sending a constant notification;
 * ``row-listened``: as ``row``, with another connection listening on the store's channel;
 * ``row-no-INDEX``: as ``row``, the index ``INDEX`` dropped (one variant per index);
-* ``row-bare``: the plain statement into the table with its primary key alone and no trigger;
+* ``row-bare``: the plain statement into the table with its primary key alone;
 * ``row-due``: the statement ``schedule(f, i, delay=0)`` runs, a task already due (``INSERT ...
   ON CONFLICT (id) DO NOTHING RETURNING state``, READY if the server finds it due), its state read;
-* ``row-due-untriggered``: as ``row-due``, the row trigger dropped (what announcing costs it);
+  ``row-due-schema-6``: the same into a schema 6 table (its row trigger announces the row);
 * ``schedule``: ``Scheduler.schedule(f, i, delay=0)`` on a ``PostgresStore`` of the current schema
-  (a scheduler never started, as an application process that only enqueues): the library's
-  client side is its thread CPU less ``row``'s.
+  (a scheduler never started, as an application process that only enqueues; the store's default
+  pool, its server CPU that of all its backends, the connection its announcements take
+  included): the library's client side is its thread CPU less ``row``'s.
 
 ``--client`` instead measures this thread's CPU per ``schedule()`` with the store's parts
 replaced one by one by nothing (its insert; the statement; nothing), so each part's share is the
@@ -82,6 +83,17 @@ def backend_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def store_backends(conn: Any) -> list[int]:
+    """The server processes of the store's pooled connections in this database."""
+    return [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'timewheel'"
+        )
+    ]
+
+
 def template_row(dsn: str, schema: str) -> list[Any]:
     """The encoded row ``schedule(f, 0, delay=0)`` inserts (captured from the store)."""
     captured: list[list[Any]] = []
@@ -113,11 +125,10 @@ class Variant:
         ddl: list[str],
         run: Callable[[Any, int, int], None],
         *,
-        quiet: bool = False,
         version: int | None = None,
     ) -> None:
         self.name, self.schema, self.ddl, self.run = name, schema, ddl, run
-        self.quiet, self.version = quiet, version
+        self.version = version
         self.rounds: list[tuple[float, float, float]] = []
 
 
@@ -144,7 +155,7 @@ def build(dsn: str, only: set[str] | None) -> list[Variant]:
             yield r
 
     def announced(conn: Any, n: int, _: int) -> None:
-        # the row and its announcement in one statement (the trigger passed: a quiet connection)
+        # the row and its announcement in one statement
         (schema,) = conn.execute("SELECT current_schema()").fetchone()
         ch = channel(schema)
         for r in rows(n):
@@ -173,20 +184,23 @@ def build(dsn: str, only: set[str] | None) -> list[Variant]:
         for i in range(start, start + n):
             sched.schedule(noop_job, i, delay=0)
 
-    drop_all = [f"DROP INDEX {name}" for name in indexes] + ["DROP TRIGGER tasks_inserted ON tasks"]
+    drop_all = [f"DROP INDEX {name}" for name in indexes]
     variants = [
         Variant("floor", "floor", [FLOOR_SCHEMA], floor),
         Variant("row", "v_row", [], statement(trigger)),
         Variant("row-schema-4", "v_four", [], statement(trigger), version=4),
-        Variant("row-announced", "v_announced", [], announced, quiet=True),
-        Variant("row-trigger-empty", "v_trig_empty", [_function("")], statement(trigger)),
+        Variant("row-schema-6", "v_six", [], statement(trigger), version=6),
+        Variant("row-announced", "v_announced", [], announced),
+        Variant(
+            "row-trigger-empty", "v_trig_empty", [_function("")], statement(trigger), version=6
+        ),
         Variant(
             "row-trigger-constant",
             "v_trig_const",
             [_function("PERFORM pg_notify('timewheel_bench', 'p');")],
             statement(trigger),
+            version=6,
         ),
-        Variant("row-no-notify", "v_no_notify", [], statement(trigger), quiet=True),
         Variant("row-listened", "v_listened", [], statement(trigger)),
         *(
             Variant(f"row-no-{name}", f"v_no_{name}", [f"DROP INDEX {name}"], statement(trigger))
@@ -194,16 +208,14 @@ def build(dsn: str, only: set[str] | None) -> list[Variant]:
         ),
         Variant("row-bare", "v_bare", drop_all, statement(trigger)),
         Variant("row-due", "v_due", [], due),
-        Variant(
-            "row-due-untriggered", "v_due_untrig", ["DROP TRIGGER tasks_inserted ON tasks"], due
-        ),
+        Variant("row-due-schema-6", "v_due_six", [], due, version=6),
         Variant("schedule", "v_schedule", [], schedule),
     ]
     return [v for v in variants if only is None or v.name in only or v.name in ("floor", "row")]
 
 
 def _function(body: str) -> str:
-    """The notify trigger's function replaced by one that runs *body* (and returns)."""
+    """The schema 6 notify trigger's function replaced by one that runs *body* (and returns)."""
     return (
         "CREATE OR REPLACE FUNCTION notify_inserted() RETURNS trigger LANGUAGE plpgsql AS "
         f"$fn$ BEGIN {body} RETURN NULL; END $fn$"
@@ -238,21 +250,25 @@ def one_round(dsn: str, v: Variant, n: int, start: int) -> tuple[float, float, f
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(v.schema)))
-            if v.quiet:  # as the store's connections
-                conn.execute("SELECT set_config('timewheel.quiet', 'on', false)")
             target: Any = conn
             if v.name == "schedule":
-                store = PostgresStore(dsn, schema=v.schema, pool_size=1)
+                store = PostgresStore(dsn, schema=v.schema)
                 target = tw.Scheduler(store=store, allow=["bench_postgres"])
                 target.schedule(noop_job, -1, delay=3600)  # the pool's connection, opened
-                pid = store.read_rows("SELECT pg_backend_pid()")[0][0]
             else:
                 (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone() or (0,)
             v.run(target, 50, start)  # warm up: statements prepared
-            cpu0, thread0, t0 = backend_cpu(pid), time.thread_time(), time.perf_counter()
+
+            def server_cpu() -> dict[int, float]:
+                if store is None:
+                    return {pid: backend_cpu(pid)}
+                return {p: backend_cpu(p) for p in store_backends(conn)}
+
+            cpu0, thread0, t0 = server_cpu(), time.thread_time(), time.perf_counter()
             v.run(target, n, start + 50)
             wall = time.perf_counter() - t0
-            client, server = time.thread_time() - thread0, backend_cpu(pid) - cpu0
+            client = time.thread_time() - thread0
+            server = sum(c - cpu0.get(p, 0.0) for p, c in server_cpu().items())
             if v.name == "schedule":
                 target.shutdown()
             conn.execute("TRUNCATE jobs" if v.name == "floor" else "TRUNCATE tasks")

@@ -186,18 +186,17 @@ def test_a_version_3_schema_gains_the_start_column(
         row = conn.execute(
             sql.SQL("SELECT value FROM {}.meta").format(sql.Identifier(name))
         ).fetchone()
-    assert row == (str(SCHEMA_VERSION),) == ("6",)
+    assert row == (str(SCHEMA_VERSION),) == ("7",)
 
 
-def test_a_version_4_schema_with_tasks_migrates_to_5(
+def test_a_version_4_schema_with_tasks_migrates_to_the_current_one(
     postgres_schemas: Schemas, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``timewheel migrate`` of a schema 4 store holding tasks in every state: the tasks stay,
     the index of tasks by state holds ended tasks only and the index by function PENDING and
     ended ones, the counts and inspection queries (by function: tasks in every state) answer
-    as before, and rows inserted by others are still announced by the trigger."""
+    as before, and the schema has no trigger left."""
     from timewheel.stores.postgres import schema as pg_schema
-    from timewheel.stores.postgres.notify import channel
 
     dsn, name = postgres_schemas()
     url = f"{dsn}?schema={name}"
@@ -238,7 +237,7 @@ def test_a_version_4_schema_with_tasks_migrates_to_5(
                 "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", (name,)
             )
         }
-    assert version == (str(SCHEMA_VERSION),) == ("6",)
+    assert version == (str(SCHEMA_VERSION),) == ("7",)
     assert "tasks_state" not in indexes
     assert "WHERE (state = ANY" in indexes["tasks_ended"]
     assert (
@@ -271,18 +270,59 @@ def test_a_version_4_schema_with_tasks_migrates_to_5(
         }
     finally:
         store.close()
-    # a row another program inserts is announced by the schema's trigger
-    with _admin(dsn) as listening, _admin(dsn) as other:
-        listening.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(name))))
-        other.execute(
-            sql.SQL(
-                "INSERT INTO {}.tasks (id, func, args, kwargs, due, state, version, attempts, "
-                "priority, queue, created, updated) VALUES ('by-sql', 'tests.apps.worker_app:"
-                "record', '[]', '{{}}', 0, 'pending', 0, 0, 0, 'default', 0, 0)"
-            ).format(sql.Identifier(name))
-        )
-        (note,) = list(listening.notifies(timeout=30, stop_after=1))
-        assert note.payload == '["p", "", 0, null, "by-sql"]'
+    assert _triggers_and_functions(dsn, name) == ([], [])
+
+
+def _triggers_and_functions(dsn: str, name: str) -> tuple[list[str], list[str]]:
+    """The triggers on the ``tasks`` table of schema *name*, and the functions in the schema."""
+    with _admin(dsn) as conn:
+        triggers = conn.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass(format('%%I.tasks', "
+            "%s::text)) AND NOT tgisinternal",
+            (name,),
+        ).fetchall()
+        functions = conn.execute(
+            "SELECT proname FROM pg_proc WHERE pronamespace = to_regnamespace(%s)", (name,)
+        ).fetchall()
+    return [str(t) for (t,) in triggers], [str(f) for (f,) in functions]
+
+
+def test_a_version_6_schema_loses_its_trigger_and_its_tasks_stay(
+    postgres_schemas: Schemas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``timewheel migrate`` of a schema 6 store (the last with the row trigger announcing
+    inserts): the trigger and its function go, the tasks stay, and a fresh store has neither."""
+    from timewheel.stores.postgres import schema as pg_schema
+
+    dsn, name = postgres_schemas()
+    url = f"{dsn}?schema={name}"
+    with monkeypatch.context() as m:
+        m.setattr(pg_schema, "MIGRATIONS", pg_schema.MIGRATIONS[:6])
+        m.setattr(pg_schema, "SCHEMA_VERSION", 6)
+        old = PostgresStore(dsn, schema=name)
+        try:
+            old.insert(_task("kept", due=1.0))
+            old.insert(_task("ready", due=1.0))
+            old.promote(["ready"], 2.0)
+        finally:
+            old.close()
+    assert _triggers_and_functions(dsn, name) == (["tasks_inserted"], ["notify_inserted"])
+    with pytest.raises(SchemaVersionError, match="older"):
+        PostgresStore(dsn, schema=name, create=False)
+    assert main(["migrate", "--store", url], out=io.StringIO()) == 0
+    assert _triggers_and_functions(dsn, name) == ([], [])
+    store = open_store(url, create=False)
+    try:
+        assert isinstance(store, PostgresStore)
+        assert {t.id: t.state for t in store.tasks()} == {
+            "kept": TaskState.PENDING,
+            "ready": TaskState.READY,
+        }
+    finally:
+        store.close()
+    _, fresh = postgres_schemas()
+    PostgresStore(dsn, schema=fresh).close()
+    assert _triggers_and_functions(dsn, fresh) == ([], [])
 
 
 def test_inspection_queries_can_use_their_indexes(

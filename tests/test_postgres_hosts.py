@@ -44,6 +44,12 @@ def _task(task_id: str, due: float, func: str = "tests.apps.worker_app:record") 
     return Task(id=task_id, func=func, args=("x", "/dev/null"), due=due)
 
 
+def _ready(task_id: str) -> Task:
+    """A task due when it was made: stored READY."""
+    now = time.time()
+    return Task(id=task_id, func="tests.apps.worker_app:record", due=now - 1, created=now)
+
+
 def _server_now(dsn: str) -> float:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
@@ -301,6 +307,169 @@ def test_work_due_soon_and_ready_work_are_announced_to_other_hosts(
         b.insert(_task("own", due=now + 1))  # a store is not told its own work
         a.insert(_task("last", due=now + 1))
         assert heard.next()[1][0] == "last"  # type: ignore[index]
+        assert heard.drain() == []
+    finally:
+        stop()
+
+
+def _heard_after_connect(b: PostgresStore) -> tuple[Heard, Callable[[], None]]:
+    heard = Heard()
+    stop = b.listen(heard)
+    assert b.listener().wait_connected(30)
+    assert heard.next() == ("changed", (True, True))  # on connect: look for what was missed
+    return heard, stop
+
+
+def test_single_inserts_are_announced_after_their_commits(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """One PENDING task due soon: "p" with its id, due time and schedule; a READY one: "r";
+    several in one window: one "m"; a far-future one: nothing sent at all."""
+    a, b = two
+    heard, stop = _heard_after_connect(b)
+    try:
+        now = time.time()
+        a.insert(Task(id="one", func="tests.apps.worker_app:record", due=now + 2, schedule_id="s"))
+        assert heard.next() == ("scheduled", ("one", pytest.approx(now + 2, abs=1e-6), "s"))
+        assert a.insert(_ready("due")).task.state is TaskState.READY
+        assert heard.next() == ("changed", (False, True))
+        assert a.announcer.flush(30)
+        sends = a.announcer.sends
+        a.insert(_task("far", due=now + 86_400))  # left to the wheels' refills
+        assert a.announcer.flush(30)
+        assert a.announcer.sends == sends  # not even a statement
+        a.announcer.window = 3600.0  # gathered until flushed
+        for i in range(3):
+            a.insert(_task(f"m{i}", due=now + 3 - i))
+        a.insert(_ready("r2"))
+        assert a.announcer.flush(30)
+        assert a.announcer.sends == sends + 1  # one statement for the window
+        got = sorted([heard.next(), heard.next()], key=str)
+        assert got == [("changed", (False, True)), ("changed", (True, False))]
+        assert heard.drain() == []
+    finally:
+        stop()
+
+
+def test_a_batch_announces_its_pending_and_its_ready_work_from_its_transaction(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = two
+    heard, stop = _heard_after_connect(b)
+    try:
+        now = time.time()
+        a.insert(_task("old", due=now + 86_400))  # not announced: due beyond NOTIFY_WITHIN
+        # "x" goes in by COPY, READY; "old" is replaced one by one, PENDING and due soon
+        a.insert_many([_ready("x"), _task("old", due=now + 1)], on_conflict="replace")
+        got = sorted([heard.next(), heard.next()], key=str)
+        assert got == [("changed", (False, True)), ("changed", (True, False))]
+        assert a.announcer.flush(30)
+        assert heard.drain() == []
+    finally:
+        stop()
+
+
+def test_a_store_is_not_told_its_own_inserts_and_close_sends_what_is_gathered(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = two
+    own, stop_own = _heard_after_connect(a)
+    heard, stop = _heard_after_connect(b)
+    try:
+        now = time.time()
+        a.insert(_task("mine", due=now + 1))
+        assert a.announcer.flush(30)
+        b.insert(_task("theirs", due=now + 1))
+        # b's announcement, sent after a's, reaches a: a's own came before it and was ignored
+        assert own.next()[1][0] == "theirs"  # type: ignore[index]
+        assert heard.next()[1][0] == "mine"  # type: ignore[index]
+        a.announcer.window = 3600.0
+        a.insert(_task("at-close", due=now + 1))
+        stop_own()
+        a.close()
+        assert heard.next()[1][0] == "at-close"  # type: ignore[index]
+        assert heard.drain() == []
+    finally:
+        stop()
+
+
+def test_an_insert_commits_when_its_announcement_fails(
+    postgres_schemas: Schemas, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The announcer's connection is killed: without retries the announcement is lost and
+    logged, the insert stands, and the next one is announced again; with retries it is sent on
+    a new connection."""
+    dsn, name = postgres_schemas()
+    sep = "&" if "?" in dsn else "?"
+    a = PostgresStore(f"{dsn}{sep}application_name=tw_announcing", schema=name, pool_size=1)
+    lone = PostgresStore(
+        f"{dsn}{sep}application_name=tw_announcing",
+        schema=name,
+        pool_size=1,
+        retries=0,
+        create=False,
+    )
+    b = PostgresStore(dsn, schema=name, create=False)
+    heard, stop = _heard_after_connect(b)
+
+    def kill_pools() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE "
+                "datname = current_database() AND application_name = 'tw_announcing'"
+            )
+
+    try:
+        now = time.time()
+        for store in (lone, a):
+            store.insert(_task(f"warm-{store.retries}", due=now + 86_400))  # the pool's connection
+            store.announcer.window = 3600.0
+        with caplog.at_level(logging.WARNING, logger="timewheel.stores.postgres"):
+            lone.insert(_task("unheard", due=now + 1))
+            a.insert(_task("retried", due=now + 1))
+            kill_pools()
+            assert lone.announcer.flush(30)
+            assert a.announcer.flush(30)
+        assert "announcing inserted work to other hosts failed" in caplog.text
+        assert heard.next()[1][0] == "retried"  # type: ignore[index]
+        assert b.get("unheard").state is TaskState.PENDING  # committed all the same
+        lone.insert(_task("heard-again", due=now + 1))
+        assert lone.announcer.flush(30)
+        assert heard.next()[1][0] == "heard-again"  # type: ignore[index]
+        assert heard.drain() == []
+    finally:
+        stop()
+        for store in (a, lone, b):
+            store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_announces_its_own_inserts(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """The announcer's thread does not cross a fork: the child starts its own, and what the
+    parent gathered stays the parent's to send."""
+    a, b = two
+    heard, stop = _heard_after_connect(b)
+    try:
+        now = time.time()
+        a.announcer.window = 3600.0
+        a.insert(_task("parent", due=now + 1))  # gathered in the parent at the fork
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child, which never returns to pytest
+            code = 1
+            try:
+                a.announcer.window = 0.001
+                a.insert(_task("child", due=now + 1))
+                code = 0 if a.announcer.flush(30) else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert heard.next()[1][0] == "child"  # type: ignore[index]
+        assert a.announcer.flush(30)
+        assert heard.next()[1][0] == "parent"  # type: ignore[index]
         assert heard.drain() == []
     finally:
         stop()

@@ -3,8 +3,8 @@
 :meth:`PostgresStore.insert <timewheel.stores.postgres.store.PostgresStore.insert>` of a task
 without upstream tasks first runs :data:`INSERT_NEW`, an ``INSERT ... ON CONFLICT (id) DO
 NOTHING``, on a connection in autocommit mode. When the id is free, that one statement inserts
-the task (PENDING, version 0) and commits it; the row trigger announces it to listening hosts
-when it is due soon, as for any insert.
+the task (PENDING, version 0) and commits it; the store then announces it to listening hosts
+when it is due soon (:class:`~timewheel.stores.postgres.notify.Announcer`).
 
 A task already due by the clock it was made on (:func:`~timewheel.stores.policy.ready_at_insert`)
 goes in by :data:`INSERT_DUE_IF_NEW` instead: the same statement, whose state is READY when the
@@ -28,10 +28,17 @@ from timewheel.stores import policy
 from timewheel.stores.base import Changed, OnConflict
 from timewheel.stores.postgres import schema
 from timewheel.stores.postgres.connections import Conn
-from timewheel.stores.sqlite.codec import TASKS, read_back
+from timewheel.stores.sqlite.codec import TASKS, read_back, to_us
 from timewheel.task import Task, TaskState
 
-__all__ = ["INSERT_DUE", "INSERT_DUE_IF_NEW", "INSERT_NEW", "insert_new", "ready_if_due"]
+__all__ = [
+    "INSERT_DUE",
+    "INSERT_DUE_IF_NEW",
+    "INSERT_NEW",
+    "insert_new",
+    "pending_unless_due",
+    "ready_if_due",
+]
 
 _ID = TASKS.position["id"]
 _DUE = TASKS.position["due"]
@@ -63,12 +70,15 @@ def ready_if_due(row: list[Any]) -> list[Any]:
     return params
 
 
-def insert_new(conn: Conn, task: Task, row: list[Any], on_conflict: OnConflict) -> Changed | None:
+def insert_new(
+    conn: Conn, task: Task, row: list[Any], on_conflict: OnConflict
+) -> tuple[Changed, bool] | None:
     """Insert *row* (*task*, as :func:`~timewheel.stores.policy.as_inserted` leaves it for a
     durable store, encoded; a READY row is stored READY only if the server finds it due) on
-    *conn*, in autocommit mode; the change, or ``None`` when the store's transaction must decide.
-    The inserted task's snapshot is *task* as a read would give it
-    (:func:`~timewheel.stores.sqlite.codec.read_back`), with the state the server stored.
+    *conn*, in autocommit mode; the change and whether *row* was inserted (*row* then holds the
+    state stored), or ``None`` when the store's transaction must decide. The inserted task's
+    snapshot is *task* as a read would give it (:func:`~timewheel.stores.sqlite.codec.read_back`),
+    with the state the server stored.
 
     Raises:
         DuplicateKeyError: ``on_conflict="error"`` and a task holds the id.
@@ -78,12 +88,24 @@ def insert_new(conn: Conn, task: Task, row: list[Any], on_conflict: OnConflict) 
         stored = conn.execute(_INSERT_DUE_IF_NEW, ready_if_due(row)).fetchone()
         if stored is not None:
             row[_STATE] = stored[0]
-            return Changed(read_back(task, row))
+            return Changed(read_back(task, row)), True
     elif conn.execute(INSERT_NEW, row).rowcount == 1:
-        return Changed(read_back(task, row))
+        return Changed(read_back(task, row)), True
     old = conn.execute(_EXISTING, (row[_ID],)).fetchone()
     if old is None:
         return None
     if policy.keep_existing(old[_ID], TaskState(old[_STATE]), on_conflict):
-        return Changed(TASKS.decode(old))
+        return Changed(TASKS.decode(old)), False
     return None
+
+
+def pending_unless_due(snapshots: list[Task], server_now: int) -> bool:
+    """Put back to PENDING, in place, those of *snapshots* READY by their own clock that the
+    server's (*server_now*, epoch microseconds) does not find due yet, as an insert leaves
+    them; whether there were any."""
+    changed = False
+    for k, t in enumerate(snapshots):
+        if t.state is TaskState.READY and to_us(t.due) > server_now:
+            snapshots[k] = t.evolve(state=TaskState.PENDING)
+            changed = True
+    return changed

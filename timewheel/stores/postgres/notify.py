@@ -1,21 +1,30 @@
 """Wake-ups across hosts: ``LISTEN``/``NOTIFY`` on the store's channel.
 
-Each store schema has one channel, :func:`channel` of its name. What is announced on it:
+Each store schema has one channel, :func:`channel` of its name. What is announced on it, always
+by the store that wrote it (the schema has no trigger):
 
-* every inserted PENDING, runnable task due within :data:`NOTIFY_WITHIN` seconds (by the
-  server's clock), from a row trigger on the ``tasks`` table (schema version 3), whoever
-  inserts: ``["p", origin, due_us, schedule_id, id]``. Its ``WHEN`` clause lets other rows pass
-  for the price of a comparison, and the function runs no query;
-* a bulk insert instead sets ``timewheel.quiet`` for its transaction (rows pass the trigger)
-  and announces once, ``["m", origin, first_due_us]``: listeners look in the store. Successors
-  of recurring instances are inserted quietly and not announced: every host carrying a schedule
-  computes them itself;
-* work made READY (a promotion, a release, a READY row inserted) as ``["r", origin]``, once per
-  transaction (identical notifications in one transaction are delivered once).
+* work inserted one task at a time (``insert``, the first instance of a schedule): after the
+  insert commits, the store's :class:`Announcer` gathers for :data:`ANNOUNCE_WINDOW` and sends
+  what it gathered in one statement from a daemon thread, on a pooled connection: a READY task
+  as ``["r", origin]``; a PENDING, runnable task due within :data:`NOTIFY_WITHIN` seconds (of
+  the server's clock, by the host's measured offset) as ``["p", origin, due_us, schedule_id,
+  id]`` when it is the only one of the window, else one ``["m", origin, first_due_us]`` for all
+  of them (listeners look in the store);
+* a bulk insert (``insert_many``, ``insert_new``) announces once from its own transaction,
+  ``["m", origin, first_due_us]`` for PENDING work due soon and ``["r", origin]`` for READY work.
+  Successors of recurring instances are not announced: every host carrying a schedule computes
+  them itself;
+* work made READY (a promotion, a release, a state change) as ``["r", origin]``, from the
+  transaction that made it, once per transaction (identical notifications in one transaction are
+  delivered once).
 
-*origin* is the token of the store object whose pooled connection wrote (each connection sets
-``timewheel.origin``); a store ignores what it announced itself. A notification is delivered
-when its transaction commits, so what it announces is there to be read.
+*origin* is the token of the store object that wrote; a store ignores what it announced itself.
+A notification is delivered when its transaction commits, so what it announces is there to be
+read. An announcement can be lost: a single insert's announcement fails when the server cannot
+be reached (after the store's retries; it is logged and never raises into the insert), and a
+process that ends between the insert's commit and the announcement (killed, or gone without
+``close()``) never sends it. Every scheduler's poll (``poll_interval``) and its wheel's refills
+find such work all the same, later.
 
 A :class:`Listener` holds one connection outside the pool, in autocommit, that listens on the
 channel from a daemon thread (psycopg's ``Connection.notifies()``) and tells the store's
@@ -33,12 +42,14 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 
 import psycopg
 from psycopg import sql
 
+from timewheel import forking
 from timewheel.errors import StoreError
 from timewheel.stores import policy
 from timewheel.stores.base import WorkListener
@@ -47,11 +58,15 @@ from timewheel.stores.postgres.schema import NOTIFY_WITHIN
 from timewheel.stores.sqlite.codec import from_us
 
 __all__ = [
+    "ANNOUNCE_GAP",
+    "ANNOUNCE_WINDOW",
     "NOTIFY_WITHIN",
     "RECONNECT_MAX",
+    "Announcer",
     "Listener",
     "channel",
     "many_payload",
+    "pending_payload",
     "ready_payload",
 ]
 
@@ -60,12 +75,23 @@ log = logging.getLogger("timewheel.stores.postgres")
 RECONNECT_MAX = 30.0
 """The longest pause between two attempts to reconnect the listening connection (seconds)."""
 
+ANNOUNCE_WINDOW = 0.002
+"""Seconds an :class:`Announcer` gathers after the first insert it is told of before it sends:
+the inserts of the window cost one statement. A lone insert reaches other hosts this much later."""
+
+ANNOUNCE_GAP = 0.010
+"""The fewest seconds between the starts of two sends of an :class:`Announcer`: while inserts
+keep coming, it sends at most this often, so a process inserting one task after another pays
+for one statement per this much time, not per few inserts (a send costs the client about as
+much as an insert), and other hosts hear of its work at most this much later."""
+
+_MAX_PAYLOAD = 7000  # bytes: a longer "p" (a long id) is sent as "m" (PostgreSQL's limit is 8000)
 _WAIT = 0.5  # how long one wait for notifications lasts (the thread checks for stop between)
 
 
 def channel(schema: str) -> str:
-    """The notification channel of the store in *schema* (the same as the schema's trigger
-    computes: ``'timewheel_' || md5(schema)``, short enough for any schema name)."""
+    """The notification channel of the store in *schema*: ``'timewheel_' || md5(schema)``,
+    short enough for any schema name."""
     return "timewheel_" + hashlib.md5(schema.encode(), usedforsecurity=False).hexdigest()
 
 
@@ -78,6 +104,208 @@ def many_payload(origin: str, first_due_us: int) -> str:
 def ready_payload(origin: str) -> str:
     """The payload announcing READY work written by the store whose token is *origin*."""
     return json.dumps(["r", origin])
+
+
+def pending_payload(origin: str, task_id: str, due_us: int, schedule_id: str | None) -> str:
+    """The payload announcing one PENDING task inserted by the store whose token is *origin*
+    (listeners hand it to their wheels without a query); :func:`many_payload` when too long."""
+    note = json.dumps(["p", origin, due_us, schedule_id, task_id])
+    if len(note.encode()) > _MAX_PAYLOAD:
+        return many_payload(origin, due_us)
+    return note
+
+
+class Announcer:
+    """Announces the work one store object inserts one task at a time, after the inserts
+    commit, from a daemon thread (see the module docstring).
+
+    The inserting thread only records (:meth:`ready`, :meth:`pending`): a lock, a few fields,
+    and waking the thread when it is idle. The thread waits :attr:`window` seconds from the first
+    record (and at least :attr:`gap` seconds from the start of its last send), takes what was
+    recorded, and sends it in one statement through *send*. A failure is
+    logged (scrubbed of the password) and the announcement dropped: polls find the work.
+
+    After ``fork()`` the child starts with nothing recorded and starts its own thread on its
+    first record (what the parent recorded is the parent's to send).
+
+    Args:
+        send: runs one statement with its parameters on a pooled connection, in autocommit
+            (raises ``StoreError`` when the retries are spent).
+        channel: the store's channel.
+        origin: the store's token.
+        where: the server, as messages name it.
+        scrub: removes the password from a text.
+        clock_offset: this host's clock minus the server's (seconds, as the store measured it).
+        window: seconds gathered before a send (:data:`ANNOUNCE_WINDOW`).
+        gap: the fewest seconds between two sends (:data:`ANNOUNCE_GAP`).
+    """
+
+    def __init__(
+        self,
+        send: Callable[[bytes, Sequence[str]], object],
+        *,
+        channel: str,
+        origin: str,
+        where: str,
+        scrub: Callable[[str], str],
+        clock_offset: float = 0.0,
+        window: float = ANNOUNCE_WINDOW,
+        gap: float = ANNOUNCE_GAP,
+    ) -> None:
+        self.channel = channel
+        self.origin = origin
+        self.where = where
+        #: seconds gathered after the first record before a send
+        self.window = window
+        #: the fewest seconds between the starts of two sends
+        self.gap = gap
+        #: this host's clock minus the server's (seconds): which tasks are due soon on the
+        #: server's clock
+        self.clock_offset = clock_offset
+        #: how many statements were sent (failed ones included)
+        self.sends = 0
+        self._send = send
+        self._scrub = scrub
+        self._ready_note = ready_payload(origin)
+        self._start_over()
+        forking.after_fork_in_child(self._start_over)
+
+    def _start_over(self) -> None:
+        """Nothing recorded, no thread (at construction, and in a child after ``fork()``: the
+        parent's lock may have been held by its thread at the fork)."""
+        self._lock = threading.Lock()
+        self._sent = threading.Condition(self._lock)
+        self._wake = threading.Event()
+        self._hurry = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._armed = False  # the thread was woken for what is recorded
+        self._ready = False
+        self._count = 0  # PENDING tasks recorded
+        self._first: tuple[str, int, str | None] = ("", 0, None)
+        self._earliest = 0
+        self._recorded = 0  # records made, ever
+        self._taken = 0  # records the thread has taken to send
+        self._done = 0  # records the thread has sent (or dropped on a failure)
+
+    # -- the inserting side ----------------------------------------------------------------------
+    def ready(self) -> None:
+        """READY work was inserted (its transaction committed)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._ready = True
+            self._recorded += 1
+            wake = self._arm()
+        if wake:
+            self._wake.set()
+
+    def pending(self, task_id: str, due_us: int, schedule_id: str | None) -> None:
+        """A PENDING task with no unmet dependency, due at *due_us* (epoch microseconds), was
+        inserted (its transaction committed): announced when due within :data:`NOTIFY_WITHIN`
+        seconds of the server's clock (this host's, less :attr:`clock_offset`)."""
+        if due_us >= (time.time() - self.clock_offset + NOTIFY_WITHIN) * 1_000_000:
+            return  # the wheels' refills load it
+        with self._lock:
+            if self._closed:
+                return
+            if self._count == 0:
+                self._first = (task_id, due_us, schedule_id)
+                self._earliest = due_us
+            elif due_us < self._earliest:
+                self._earliest = due_us
+            self._count += 1
+            self._recorded += 1
+            wake = self._arm()
+        if wake:
+            self._wake.set()
+
+    def _arm(self) -> bool:
+        """Under the lock: whether the thread must be woken (it is idle), starting it first."""
+        if self._armed:
+            return False
+        self._armed = True
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="timewheel-pg-announce", daemon=True
+            )
+            self._thread.start()
+        return True
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send what is recorded now, without waiting for the rest of the window; block until
+        it was sent (True) or *timeout* passed."""
+        with self._lock:
+            target = self._recorded
+            if self._done >= target:
+                return True
+            if self._taken < target:  # (else they are being sent: the next window is left alone)
+                self._hurry.set()
+            return self._sent.wait_for(lambda: self._done >= target, timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is recorded, then stop the thread (waits up to *timeout* seconds); later
+        records are ignored."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+            self._hurry.set()
+            self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    # -- the thread ------------------------------------------------------------------------------
+    def _take(self) -> list[str]:
+        """Under the lock: the payloads of what is recorded, which is then forgotten."""
+        notes = [self._ready_note] if self._ready else []
+        if self._count == 1:
+            task_id, due_us, schedule_id = self._first
+            notes.append(pending_payload(self.origin, task_id, due_us, schedule_id))
+        elif self._count > 1:
+            notes.append(many_payload(self.origin, self._earliest))
+        self._ready = False
+        self._count = 0
+        self._taken = self._recorded
+        self._armed = False
+        self._wake.clear()
+        self._hurry.clear()
+        return notes
+
+    def _run(self) -> None:
+        last = -float("inf")  # when the last send started (monotonic)
+        while True:
+            self._wake.wait()
+            # gather the window's inserts, and while they keep coming, up to the gap since the
+            # last send (a flush or close ends the wait)
+            self._hurry.wait(max(self.window, last + self.gap - time.monotonic()))
+            last = time.monotonic()
+            with self._lock:
+                notes, upto, closed = self._take(), self._taken, self._closed
+            if notes:
+                self._announce(notes)
+            with self._lock:
+                self._done = upto
+                self._sent.notify_all()
+                if closed and self._done == self._recorded:
+                    self._thread = None
+                    return
+
+    def _announce(self, notes: list[str]) -> None:
+        statement = "SELECT " + ", ".join(["pg_notify(%s, %s)"] * len(notes))
+        params: list[str] = []
+        for note in notes:
+            params += (self.channel, note)
+        self.sends += 1
+        try:
+            self._send(statement.encode(), params)
+        except Exception as e:  # never into the inserts: polls find the work
+            text = self._scrub(str(e)).strip()
+            log.warning(
+                "PostgreSQL at %s: announcing inserted work to other hosts failed (%s); their "
+                "polls find it",
+                self.where,
+                text.splitlines()[0] if text else type(e).__name__,
+            )
 
 
 class Listener:

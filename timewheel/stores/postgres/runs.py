@@ -1,4 +1,5 @@
-"""The statements of a run on PostgreSQL: claiming READY tasks and storing how runs ended.
+"""The statements of a run on PostgreSQL: promoting due tasks, claiming READY tasks and storing
+how runs ended.
 
 A worker's round trips are what a PostgreSQL store's throughput rests on, so each step here is
 as few statements as its guarantees allow:
@@ -30,8 +31,8 @@ from typing import Any
 
 import psycopg
 
-from timewheel.stores.base import Changed, Finish
-from timewheel.stores.postgres.schema import COLUMN_TYPES
+from timewheel.stores.base import Changed, Finish, Promoted
+from timewheel.stores.postgres.schema import COLUMN_TYPES, SERVER_NOW
 from timewheel.stores.sqlite.codec import TASKS, Row, from_us
 from timewheel.task import TERMINAL_STATES, TaskState, check_transition
 
@@ -39,6 +40,7 @@ __all__ = [
     "CLAIM",
     "HAND_BACK",
     "PENDING_AMONG",
+    "PROMOTES",
     "RETURNING",
     "Settle",
     "check_finishes",
@@ -69,6 +71,35 @@ HAND_BACK = (
 )
 """Claimed tasks given back unstarted: READY again as before the claim (their run count and the
 start of their previous run restored), under a new version."""
+
+# promotion: the server's time is returned with the moved rows (a row of NULLs when none moved),
+# and READY work is announced (once per transaction) when some moved; on the server's clock
+# ({guard}) a task not yet due by the server is left PENDING. The commit does not wait for its
+# WAL to reach disk: a promotion a crash loses leaves due tasks PENDING, promoted again by the
+# next refill, and any claim of a promoted task commits after it, flushing it to disk first.
+_PROMOTE = (
+    f"WITH clock AS (SELECT {SERVER_NOW} AS now_us, "
+    "set_config('synchronous_commit', 'off', true) AS async), "
+    "moved AS (UPDATE tasks t SET state = 'ready', version = t.version + 1, updated = %s "
+    "FROM clock WHERE t.id = ANY(%s) AND t.state = 'pending' AND t.unmet = 0 AND t.due <= %s"
+    "{guard}{returning}) "
+    "SELECT clock.now_us, (SELECT pg_notify(%s, %s) FROM (SELECT 1 FROM moved LIMIT 1) one), "
+    "moved.* FROM clock LEFT JOIN moved ON true"
+)
+# promote_keys returns these columns of the moved rows (id first, as for the full rows)
+_RETURNING_KEYS = " RETURNING " + ", ".join(f"t.{c}" for c in Promoted._fields)
+PROMOTES = {
+    (server, keys): _PROMOTE.format(
+        guard=" AND t.due <= clock.now_us" if server else "",
+        returning=_RETURNING_KEYS if keys else RETURNING,
+    ).encode()
+    for server in (False, True)
+    for keys in (False, True)
+}
+"""The promotion, by (compared with the server's clock too?, returning only the
+:class:`~timewheel.stores.base.Promoted` keys?). Its parameters: the time of the update, the ids,
+the time they must be due by, the channel and the READY payload. It returns the server's clock
+first, then the moved rows (a row of ``NULL`` when none moved)."""
 
 # One group of outcomes: the rows to change come as one JSON array of rows, each row an array of
 # values in a fixed order (the id, the owner, the state it must still have, then the changed

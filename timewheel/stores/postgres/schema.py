@@ -79,22 +79,21 @@ INSERT_TASK = f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join(['%s'] * l
 INSERT_TASK_IF_NEW = INSERT_TASK + " ON CONFLICT (id) DO NOTHING"
 """One encoded task row, unless a task holds its id (then nothing, and no error)."""
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The schema version this code writes."""
 
 NOTIFY_WITHIN = 600.0
 """Inserted tasks due within this many seconds (of the server's clock) are announced to listening
 hosts (:mod:`~timewheel.stores.postgres.notify`); later ones are loaded by the schedulers'
-periodic refills of their wheels (every ``horizon / 2``). Written into the schema's trigger by
-migrations 3 and 5: changing it takes a migration."""
+periodic refills of their wheels (every ``horizon / 2``)."""
 
 SERVER_NOW = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 """The server's clock in SQL, in epoch microseconds."""
 
-# The announcement of inserted work (see timewheel.stores.postgres.notify): a row trigger whose
-# WHEN clause lets far-future rows, blocked rows and bulk inserts (a transaction that set
-# timewheel.quiet announces once itself) pass for the price of a comparison; the function runs
-# no query. The channel is derived from the table's schema.
+# Schemas 3 to 6 announced inserted work from a row trigger (its WHEN clause let far-future rows,
+# blocked rows and bulk inserts pass; a transaction that set timewheel.quiet announced once
+# itself). Schema 7 drops it: the store announces what it inserts (see
+# timewheel.stores.postgres.notify), without the queued event and the function call per row.
 _NOTIFY_FUNCTION = """CREATE FUNCTION notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE
     origin text := coalesce(current_setting('timewheel.origin', true), '');
@@ -245,6 +244,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         "DROP INDEX tasks_func",
         f'CREATE INDEX tasks_func ON tasks ((func COLLATE "C"), id) WHERE {FUNCTION_INDEXED}',
+    ),
+    # 6 -> 7: cheaper single inserts. No row trigger: the store announces the work it inserts
+    # after the commit (timewheel.stores.postgres.notify.Announcer)
+    (
+        "DROP TRIGGER IF EXISTS tasks_inserted ON tasks",
+        "DROP FUNCTION IF EXISTS notify_inserted()",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -38,11 +38,10 @@ from timewheel.stores.base import (
     Store,
     WorkListener,
 )
-from timewheel.stores.postgres import inserts, runs, schema
+from timewheel.stores.postgres import inserts, notify, runs, schema
 from timewheel.stores.postgres.clocks import CLOCK_WARNING, ServerClocks, measure
 from timewheel.stores.postgres.connections import Conn, Connections, parse_url
 from timewheel.stores.postgres.inspection import InspectionQueries
-from timewheel.stores.postgres.notify import Listener, channel, many_payload, ready_payload
 from timewheel.stores.sqlite.codec import (
     SCHEDULES,
     TASKS,
@@ -69,6 +68,8 @@ _VERSION = TASKS.position["version"]
 _UPDATED = TASKS.position["updated"]
 _ERROR = TASKS.position["error"]
 _UNMET = TASKS.position["unmet"]
+_SCHEDULE_ID = TASKS.position["schedule_id"]
+_PENDING, _READY = TaskState.PENDING.value, TaskState.READY.value
 _SCHEDULE_VERSION = SCHEDULES.position["version"]
 
 _SEL = schema.SELECT_TASKS
@@ -86,31 +87,6 @@ _RETURNING = runs.RETURNING
 # the server's clock, once per statement, in epoch microseconds
 _SERVER_NOW = schema.SERVER_NOW
 _WITHIN_US = round(schema.NOTIFY_WITHIN * 1_000_000)
-# promotion: the server's time is returned with the moved rows (a row of NULLs when none moved),
-# and READY work is announced (once per transaction) when some moved; on the server's clock
-# ({guard}) a task not yet due by the server is left PENDING. The commit does not wait for its
-# WAL to reach disk: a promotion a crash loses leaves due tasks PENDING, promoted again by the
-# next refill, and any claim of a promoted task commits after it, flushing it to disk first.
-_PROMOTE = (
-    f"WITH clock AS (SELECT {_SERVER_NOW} AS now_us, "
-    "set_config('synchronous_commit', 'off', true) AS async), "
-    "moved AS (UPDATE tasks t SET state = 'ready', version = t.version + 1, updated = %s "
-    "FROM clock WHERE t.id = ANY(%s) AND t.state = 'pending' AND t.unmet = 0 AND t.due <= %s"
-    "{guard}{returning}) "
-    "SELECT clock.now_us, (SELECT pg_notify(%s, %s) FROM (SELECT 1 FROM moved LIMIT 1) one), "
-    "moved.* FROM clock LEFT JOIN moved ON true"
-)
-# promote_keys returns these columns of the moved rows (id first, as for the full rows)
-_RETURNING_KEYS = " RETURNING " + ", ".join(f"t.{c}" for c in Promoted._fields)
-# (on the server's clock?, keys only?) -> the statement
-_PROMOTES = {
-    (server, keys): _PROMOTE.format(
-        guard=" AND t.due <= clock.now_us" if server else "",
-        returning=_RETURNING_KEYS if keys else _RETURNING,
-    )
-    for server in (False, True)
-    for keys in (False, True)
-}
 
 
 class PostgresStore(InspectionQueries, Store):
@@ -194,7 +170,7 @@ class PostgresStore(InspectionQueries, Store):
         self.where = self._connections.where
         self._claimable = policy.ClaimableRefs("PostgresStore")
         self._clocks = ServerClocks(self.where)
-        self._listener: Listener | None = None
+        self._listener: notify.Listener | None = None
         self._listener_lock = threading.Lock()
         self._remeasured = -float("inf")
         conn = self._connections.connect()
@@ -215,8 +191,19 @@ class PostgresStore(InspectionQueries, Store):
             conn.close()
         self._clocks.note(self.clock_offset, "at open")
         self._run = self._connections.run
-        self._channel = channel(schema)
-        self._ready_note = ready_payload(self.origin)
+        self._channel = notify.channel(schema)
+        self._ready_note = notify.ready_payload(self.origin)
+        #: announces the tasks this store object inserts one at a time, after their commits
+        self.announcer = notify.Announcer(
+            lambda statement, params: self._write(
+                "announcing inserted work", lambda c: c.execute(statement, params), autocommit=True
+            ),
+            channel=self._channel,
+            origin=self.origin,
+            where=self.where,
+            scrub=self._connections.scrub,
+            clock_offset=self.clock_offset,
+        )
 
     # -- internals --------------------------------------------------------------------------------
     def _write(self, doing: str, work: Callable[[Conn], Any], *, autocommit: bool = False) -> Any:
@@ -301,13 +288,9 @@ class PostgresStore(InspectionQueries, Store):
         if self._clocks.due():
             self._clocks.remeasure(conn, "periodically")
 
-    def _quiet(self, conn: Conn) -> int:
-        """The rest of this transaction inserts without a notification per row: a bulk insert
-        announces itself once (:meth:`_announce_many`, :meth:`_announce_ready`). Returns the
-        server's clock (epoch microseconds): tasks due by then may be stored READY."""
-        row = conn.execute(
-            f"SELECT {_SERVER_NOW} FROM set_config('timewheel.quiet', 'on', true)"
-        ).fetchone()
+    def _server_now(self, conn: Conn) -> int:
+        """The server's clock (epoch microseconds): tasks due by then may be stored READY."""
+        row = conn.execute(f"SELECT {_SERVER_NOW}").fetchone()
         assert row is not None
         now_us: int = row[0]
         return now_us
@@ -315,15 +298,30 @@ class PostgresStore(InspectionQueries, Store):
     def _announce_many(self, conn: Conn, first_due_us: int) -> None:
         """Tell listening hosts to look for PENDING work bulk-inserted in this transaction, the
         earliest due at *first_due_us*, if that is within ``NOTIFY_WITHIN`` of the server's
-        clock (as the row trigger decides)."""
+        clock."""
         conn.execute(
             f"SELECT pg_notify(%s, %s) WHERE %s < {_SERVER_NOW} + %s",
-            (self._channel, many_payload(self.origin, first_due_us), first_due_us, _WITHIN_US),
+            (
+                self._channel,
+                notify.many_payload(self.origin, first_due_us),
+                first_due_us,
+                _WITHIN_US,
+            ),
         )
 
     def _announce_ready(self, conn: Conn) -> None:
         """Tell listening hosts that READY work is there (once per transaction)."""
         conn.execute("SELECT pg_notify(%s, %s)", (self._channel, self._ready_note))
+
+    def _announce_inserted(self, row: list[Any]) -> None:
+        """Have the announcer tell listening hosts of the committed *row* of one inserted task
+        (READY, or PENDING with no unmet dependency)."""
+        if row[_UNMET]:
+            return
+        if row[_STATE] == _READY:
+            self.announcer.ready()
+        elif row[_STATE] == _PENDING:
+            self.announcer.pending(row[_ID], row[_DUE], row[_SCHEDULE_ID])
 
     # -- time and wake-ups across hosts -------------------------------------------------------------
     def server_clock(self, clock: Clock) -> Clock:
@@ -352,13 +350,13 @@ class PostgresStore(InspectionQueries, Store):
         :mod:`~timewheel.stores.postgres.notify`)."""
         return self.listener().add(listener)
 
-    def listener(self) -> Listener:
+    def listener(self) -> notify.Listener:
         """This process's listening connection and thread (made when first asked for)."""
         with self._listener_lock:
             current = self._listener
             if current is None or current.pid != os.getpid():
                 # after fork() the parent's thread is not here: listen anew
-                current = self._listener = Listener(
+                current = self._listener = notify.Listener(
                     self._connections.connect,
                     schema=self.schema,
                     origin=self.origin,
@@ -387,20 +385,31 @@ class PostgresStore(InspectionQueries, Store):
             # one autocommitted statement; the transaction decides what it leaves (see inserts)
             new = policy.as_inserted(task, durable=True)
             row = TASKS.encode(new)
-            done: Changed | None = self._write(
+            done: tuple[Changed, bool] | None = self._write(
                 "inserting a task",
                 lambda conn: inserts.insert_new(conn, new, row, on_conflict),
                 autocommit=True,
             )
             if done is not None:
-                return done
-        result: Changed = self._write(
-            "inserting a task", lambda conn: self._insert_in(conn, task, on_conflict)
-        )
+                if done[1]:
+                    self._announce_inserted(row)
+                return done[0]
+        inserted: list[list[Any]] = []
+
+        def work(conn: Conn) -> Changed:
+            inserted.clear()  # (a retried transaction starts over)
+            return self._insert_in(conn, task, on_conflict, inserted)
+
+        result: Changed = self._write("inserting a task", work)
+        for row in inserted:
+            self._announce_inserted(row)
         return result
 
-    def _insert_in(self, conn: Conn, task: Task, on_conflict: OnConflict) -> Changed:
-        """``insert`` inside *conn*'s transaction."""
+    def _insert_in(
+        self, conn: Conn, task: Task, on_conflict: OnConflict, inserted: list[list[Any]]
+    ) -> Changed:
+        """``insert`` inside *conn*'s transaction; the row it inserts is appended to
+        *inserted* (none when the task holding the id is kept)."""
         row = TASKS.encode(policy.as_inserted(task))
         old = conn.execute((_SEL_ID + " FOR UPDATE").encode(), (task.id,)).fetchone()
         if old is not None and policy.keep_existing(task.id, _STATES[old[_STATE]], on_conflict):
@@ -426,6 +435,7 @@ class PostgresStore(InspectionQueries, Store):
             row[_STATE] = stored[0]
         else:
             conn.execute(_INS.encode(), row)
+        inserted.append(row)
         if count.waits_on:
             with conn.cursor() as cur:
                 cur.executemany(
@@ -466,23 +476,26 @@ class PostgresStore(InspectionQueries, Store):
             }
             plan = policy.plan_batch(tasks, on_conflict, existing, durable=True)
             if plan.bulk:
-                # one notification for the batch, not one per row
-                server_now = self._quiet(conn)
+                server_now = self._server_now(conn)
                 rows = encoded if len(plan.bulk) == len(fresh) else TASKS.encode_many(plan.bulk)
-                if _pending_unless_due(plan.bulk, server_now):
+                if inserts.pending_unless_due(plan.bulk, server_now):
                     rows = TASKS.encode_many(plan.bulk)
                 # COPY: one statement streams every row (the fastest bulk insert PostgreSQL has)
                 with conn.cursor() as cur, cur.copy(_COPY) as copy:
                     for row in rows:
                         copy.write_row(row)
-            changed = {t.id: self._insert_in(conn, t, on_conflict) for t in plan.one_by_one}
-            if plan.bulk:
-                stored = [*plan.bulk, *(c.task for c in changed.values())]
-                dues = [t.due for t in stored if t.state is TaskState.PENDING]
-                if dues:
-                    self._announce_many(conn, to_us(min(dues)))
-                if len(dues) < len(stored):
-                    self._announce_ready(conn)
+            inserted: list[list[Any]] = []
+            changed = {
+                t.id: self._insert_in(conn, t, on_conflict, inserted) for t in plan.one_by_one
+            }
+            # one notification for the batch, not one per row
+            dues = [to_us(t.due) for t in plan.bulk if t.state is TaskState.PENDING]
+            ready = len(dues) < len(plan.bulk) or any(r[_STATE] == _READY for r in inserted)
+            dues += [r[_DUE] for r in inserted if r[_STATE] == _PENDING and not r[_UNMET]]
+            if dues:
+                self._announce_many(conn, min(dues))
+            if ready:
+                self._announce_ready(conn)
             return policy.batch_changes(tasks, plan, changed)
 
         result: list[Changed] = self._write("inserting tasks", work)
@@ -507,7 +520,7 @@ class PostgresStore(InspectionQueries, Store):
 
         def work(conn: Conn) -> Sequence[str]:
             # one notification for the batch, not one per row
-            server_now_us = self._quiet(conn)
+            server_now_us = self._server_now(conn)
             limit, rows = until_us, built
             if limit is not None and limit > server_now_us:
                 # this host's clock is ahead of the server's: READY only what the server finds due
@@ -609,7 +622,7 @@ class PostgresStore(InspectionQueries, Store):
             return []
 
         on_server = self._clocks.active
-        sql = _PROMOTES[on_server, keys].encode()
+        sql = runs.PROMOTES[on_server, keys]
         server_now: list[int] = []
 
         def work(conn: Conn) -> list[Row]:
@@ -623,7 +636,6 @@ class PostgresStore(InspectionQueries, Store):
             if succ_rows:
                 # deterministic instance ids: a slot another host materialised is kept; not
                 # announced: each host carrying the schedule computes its successors itself
-                self._quiet(conn)
                 with conn.cursor() as cur:
                     cur.executemany(_INS_IGNORE.encode(), succ_rows)
             return rows
@@ -898,7 +910,10 @@ class PostgresStore(InspectionQueries, Store):
             policy.check_task(first)
             first_base = TASKS.encode(policy.as_inserted(first))
 
+        inserted: list[list[Any]] = []
+
         def work(conn: Conn) -> ScheduleRecord:
+            inserted.clear()  # (a retried transaction starts over)
             srow = list(base)
             old = conn.execute(
                 (_SSEL + " WHERE id = %s FOR UPDATE").encode(), (record.id,)
@@ -923,9 +938,12 @@ class PostgresStore(InspectionQueries, Store):
                         conn.execute("DELETE FROM deps WHERE downstream = %s", (first_row[_ID],))
                         conn.execute("DELETE FROM tasks WHERE id = %s", (first_row[_ID],))
                     conn.execute(_INS.encode(), first_row)
+                    inserted.append(first_row)
             return SCHEDULES.decode(tuple(srow))
 
         result: ScheduleRecord = self._write("storing a schedule", work)
+        for row in inserted:
+            self._announce_inserted(row)
         return result
 
     def _cancel_instances(self, conn: Conn, schedule_id: str, now_us: int) -> None:
@@ -1022,7 +1040,9 @@ class PostgresStore(InspectionQueries, Store):
         return cls(dsn, create=create, read_only=read_only, **options)
 
     def close(self) -> None:
-        """Close this process's connections (idempotent); later use raises ``StoreError``."""
+        """Send the announcements gathered, then close this process's connections
+        (idempotent); later use raises ``StoreError``."""
+        self.announcer.close()
         with self._listener_lock:
             listener, self._listener = self._listener, None
         if listener is not None and listener.pid == os.getpid():
@@ -1077,15 +1097,3 @@ def _require(conn: Conn, name: str, where: str) -> None:
     """Refuse a schema that holds no store, an older or a newer one."""
     schema.require(conn, name, where)
     conn.rollback()
-
-
-def _pending_unless_due(snapshots: list[Task], server_now: int) -> bool:
-    """Put back to PENDING, in place, those of *snapshots* READY by their own clock that the
-    server's (*server_now*, epoch microseconds) does not find due yet, as an insert leaves
-    them; whether there were any."""
-    changed = False
-    for k, t in enumerate(snapshots):
-        if t.state is TaskState.READY and to_us(t.due) > server_now:
-            snapshots[k] = t.evolve(state=TaskState.PENDING)
-            changed = True
-    return changed
