@@ -253,12 +253,21 @@ def ready_at_insert(task: Task, unmet: int = 0) -> bool:
 
     That is a one-shot task (instances of a schedule always go through a wheel: firing one plans
     the next) with no unmet upstream task (*unmet*, as :func:`count_dependencies` counted it),
-    due at or before the instant it was made (``due <= created``: ``created`` is the scheduling
-    process's clock when it was built). A store whose clock is another machine's compares the
-    due time with that clock as well, in the insert itself (PostgreSQL: the server's), so a host
-    whose clock runs ahead never stores READY a task the store does not find due yet.
+    due at or before the instant it was made (``due <= created`` in whole microseconds:
+    ``created`` is the scheduling process's clock when it was built). A store whose clock is
+    another machine's compares the due time with that clock as well, in the insert itself
+    (PostgreSQL: the server's), so a host whose clock runs ahead never stores READY a task the
+    store does not find due yet.
     """
-    return unmet == 0 and task.schedule_id is None and task.due <= task.created
+    if unmet or task.schedule_id is not None:
+        return False
+    due, created = task.due, task.created
+    # compared as durable stores keep instants, in whole microseconds (a batch's rows are
+    # compared so), so that a due time less than half a microsecond after ``created`` is
+    # stored READY by a single insert as by a batch
+    return due <= created or (
+        due - created < 1e-6 and round(due * 1_000_000) <= round(created * 1_000_000)
+    )
 
 
 def ready_until(template: Task) -> float | None:
