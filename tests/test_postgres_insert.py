@@ -201,30 +201,20 @@ def test_an_id_committed_while_the_insert_waits(
             assert (stored.due, stored.version) == (500.0, 1)
 
 
-class _DeletedAfterTheInsert:
-    """A connection on which the task holding the id is deleted right after the insert met it."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    def execute(self, query: Any, params: Any = ()) -> Any:
-        cur = self.conn.execute(query, params)
-        if query == inserts.INSERT_NEW:
-            self.conn.execute("DELETE FROM tasks WHERE id = %s", (params[0],))
-        return cur
-
-
 def test_a_task_deleted_between_the_two_statements_is_inserted_by_the_transaction(
     pg: PostgresStore, runs: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pg.insert(_task("a", due=100.0))
-    real = inserts.insert_new
-    racing: Any = _DeletedAfterTheInsert
-    monkeypatch.setattr(
-        inserts,
-        "insert_new",
-        lambda conn, task, row, mode: real(racing(conn), task, row, mode),
-    )
+    statement = inserts.INSERT_NEW_PREPARED
+    real = statement.run
+
+    def deleted_after_the_insert(conn: Any, params: Any) -> Any:
+        # the task holding the id is deleted right after the insert met it
+        result = real(conn, params)
+        conn.execute("DELETE FROM tasks WHERE id = %s", (params[0],))
+        return result
+
+    monkeypatch.setattr(statement, "run", deleted_after_the_insert)
     runs.clear()
     got = pg.insert(_task("a", due=500.0), on_conflict="keep").task
     assert runs == [("inserting a task", True), ("inserting a task", False)]

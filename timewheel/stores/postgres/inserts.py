@@ -28,13 +28,16 @@ from timewheel.stores import policy
 from timewheel.stores.base import Changed, OnConflict
 from timewheel.stores.postgres import schema
 from timewheel.stores.postgres.connections import Conn
+from timewheel.stores.postgres.prepared import Statement
 from timewheel.stores.sqlite.codec import TASKS, read_back, to_us
 from timewheel.task import Task, TaskState
 
 __all__ = [
     "INSERT_DUE",
     "INSERT_DUE_IF_NEW",
+    "INSERT_DUE_PREPARED",
     "INSERT_NEW",
+    "INSERT_NEW_PREPARED",
     "insert_new",
     "pending_unless_due",
     "ready_if_due",
@@ -59,7 +62,12 @@ INSERT_DUE = f"INSERT INTO tasks ({schema.TASK_COLUMNS}) VALUES ({_VALUES}) RETU
 it due too, else PENDING; returns the state stored (see :func:`ready_if_due`)."""
 INSERT_DUE_IF_NEW = INSERT_DUE.replace(" RETURNING", " ON CONFLICT (id) DO NOTHING RETURNING")
 """:data:`INSERT_DUE`, unless a task holds the id (then no row, and no error)."""
-_INSERT_DUE_IF_NEW = INSERT_DUE_IF_NEW.encode()
+INSERT_DUE_PREPARED = Statement("timewheel_insert_due", INSERT_DUE_IF_NEW)
+""":data:`INSERT_DUE_IF_NEW`, as ``schedule()`` runs it: past psycopg's cursor layer (see
+:mod:`~timewheel.stores.postgres.prepared`)."""
+INSERT_NEW_PREPARED = Statement("timewheel_insert_new", schema.INSERT_TASK_IF_NEW)
+""":data:`INSERT_NEW`, as ``schedule()`` runs it."""
+_STATE_NAMES = {s.value.encode(): s.value for s in TaskState}
 
 
 def ready_if_due(row: list[Any]) -> list[Any]:
@@ -85,11 +93,11 @@ def insert_new(
         VersionConflictError: ``"replace"`` of a RUNNING task.
     """
     if row[_STATE] == _READY:
-        stored = conn.execute(_INSERT_DUE_IF_NEW, ready_if_due(row)).fetchone()
-        if stored is not None:
-            row[_STATE] = stored[0]
+        result = INSERT_DUE_PREPARED.run(conn, ready_if_due(row))
+        if result.ntuples:
+            row[_STATE] = _STATE_NAMES[result.get_value(0, 0) or b""]
             return Changed(read_back(task, row)), True
-    elif conn.execute(INSERT_NEW, row).rowcount == 1:
+    elif INSERT_NEW_PREPARED.run(conn, row).command_tuples == 1:
         return Changed(read_back(task, row)), True
     old = conn.execute(_EXISTING, (row[_ID],)).fetchone()
     if old is None:
