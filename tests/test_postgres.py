@@ -19,6 +19,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -154,13 +155,9 @@ def test_a_version_3_schema_gains_the_start_column(
 ) -> None:
     """A store written before schema 4: its tasks read back with no start, and its runs
     record one from then on."""
-    from timewheel.stores.postgres import schema as pg_schema
-
     dsn, name = postgres_schemas()
-    with monkeypatch.context() as m:
-        m.setattr(pg_schema, "MIGRATIONS", pg_schema.MIGRATIONS[:3])
-        m.setattr(pg_schema, "SCHEMA_VERSION", 3)
-        PostgresStore(dsn, schema=name).close()
+    with _store_at_version(monkeypatch, dsn, name, 3):
+        pass
     with _admin(dsn) as conn:
         conn.execute(
             sql.SQL(
@@ -196,29 +193,22 @@ def test_a_version_4_schema_with_tasks_migrates_to_the_current_one(
     the index of tasks by state holds ended tasks only and the index by function PENDING and
     ended ones, the counts and inspection queries (by function: tasks in every state) answer
     as before, and the schema has no trigger left."""
-    from timewheel.stores.postgres import schema as pg_schema
 
     dsn, name = postgres_schemas()
     url = f"{dsn}?schema={name}"
-    with monkeypatch.context() as m:
-        m.setattr(pg_schema, "MIGRATIONS", pg_schema.MIGRATIONS[:4])
-        m.setattr(pg_schema, "SCHEMA_VERSION", 4)
-        old = PostgresStore(dsn, schema=name)
-        try:
-            for tid in ("pending", "ready", "running", "done", "failed"):
-                old.insert(_task(tid, due=1.0))
-            old.insert(
-                Task(id="waiting", func="tests.apps.worker_app:record", due=1.0, after=("pending",))
-            )
-            old.promote(["ready", "running", "done", "failed"], 2.0)
-            for tid in ("running", "done", "failed"):
-                assert old.claim(tid, expected_version=1, owner="w", lease_expires=9.0, now=3.0)
-            old.finish("done", owner="w", state=TaskState.SUCCEEDED, now=4.0)
-            old.finish("failed", owner="w", state=TaskState.FAILED, now=5.0, error="boom")
-            before = {t.id: t for t in old.tasks()}
-            counts = old.count_by_state()
-        finally:
-            old.close()
+    with _store_at_version(monkeypatch, dsn, name, 4) as old:
+        for tid in ("pending", "ready", "running", "done", "failed"):
+            old.insert(_task(tid, due=1.0))
+        old.insert(
+            Task(id="waiting", func="tests.apps.worker_app:record", due=1.0, after=("pending",))
+        )
+        old.promote(["ready", "running", "done", "failed"], 2.0)
+        for tid in ("running", "done", "failed"):
+            assert old.claim(tid, expected_version=1, owner="w", lease_expires=9.0, now=3.0)
+        old.finish("done", owner="w", state=TaskState.SUCCEEDED, now=4.0)
+        old.finish("failed", owner="w", state=TaskState.FAILED, now=5.0, error="boom")
+        before = {t.id: t for t in old.tasks()}
+        counts = old.count_by_state()
     assert counts == {
         TaskState.PENDING: 2,
         TaskState.READY: 1,
@@ -273,6 +263,24 @@ def test_a_version_4_schema_with_tasks_migrates_to_the_current_one(
     assert _triggers_and_functions(dsn, name) == ([], [])
 
 
+@contextmanager
+def _store_at_version(
+    monkeypatch: pytest.MonkeyPatch, dsn: str, schema: str, version: int
+) -> Iterator[PostgresStore]:
+    """A store written by the code of schema *version* (its migrations up to that one), closed
+    on leaving."""
+    from timewheel.stores.postgres import schema as pg_schema
+
+    with monkeypatch.context() as m:
+        m.setattr(pg_schema, "MIGRATIONS", pg_schema.MIGRATIONS[:version])
+        m.setattr(pg_schema, "SCHEMA_VERSION", version)
+        old = PostgresStore(dsn, schema=schema)
+        try:
+            yield old
+        finally:
+            old.close()
+
+
 def _triggers_and_functions(dsn: str, name: str) -> tuple[list[str], list[str]]:
     """The triggers on the ``tasks`` table of schema *name*, and the functions in the schema."""
     with _admin(dsn) as conn:
@@ -292,20 +300,13 @@ def test_a_version_6_schema_loses_its_trigger_and_its_tasks_stay(
 ) -> None:
     """``timewheel migrate`` of a schema 6 store (the last with the row trigger announcing
     inserts): the trigger and its function go, the tasks stay, and a fresh store has neither."""
-    from timewheel.stores.postgres import schema as pg_schema
 
     dsn, name = postgres_schemas()
     url = f"{dsn}?schema={name}"
-    with monkeypatch.context() as m:
-        m.setattr(pg_schema, "MIGRATIONS", pg_schema.MIGRATIONS[:6])
-        m.setattr(pg_schema, "SCHEMA_VERSION", 6)
-        old = PostgresStore(dsn, schema=name)
-        try:
-            old.insert(_task("kept", due=1.0))
-            old.insert(_task("ready", due=1.0))
-            old.promote(["ready"], 2.0)
-        finally:
-            old.close()
+    with _store_at_version(monkeypatch, dsn, name, 6) as old:
+        old.insert(_task("kept", due=1.0))
+        old.insert(_task("ready", due=1.0))
+        old.promote(["ready"], 2.0)
     assert _triggers_and_functions(dsn, name) == (["tasks_inserted"], ["notify_inserted"])
     with pytest.raises(SchemaVersionError, match="older"):
         PostgresStore(dsn, schema=name, create=False)
