@@ -3,9 +3,12 @@
 ``schedule()`` of a new task is one ``INSERT``, and the library's own work around it is a small
 part of the client's time: psycopg's execution of a statement (a cursor, the query converted,
 each parameter dumped, the result waited for by its generator-driven wait loop) costs the
-client more than the insert costs the server. :class:`Statement` runs one fixed statement by
-name with ``PQexecPrepared``, which releases the interpreter's lock while it waits:
-``benchmarks/bench_pg_insert.py`` measures the difference (the ``row-due`` variants).
+client more than the insert costs the server. :class:`Statement` sends one fixed statement by
+name (``PQsendQueryPrepared``) and waits for its result with psycopg's own wait
+(``Connection.wait`` of its ``execute`` generator, compiled in psycopg's C implementation): the
+waiting is psycopg's, so Ctrl-C cancels the query as it does for ``execute``, at about half of
+``execute``'s client CPU (``benchmarks/bench_pg_insert.py``, the ``schedule`` and ``row-due``
+variants).
 
 * The statement is prepared on a connection the first time it runs there (once per
   connection: the name is remembered per connection object, and prepared again if the server
@@ -30,6 +33,7 @@ from typing import cast
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg import pq
+from psycopg.generators import execute
 
 from timewheel.stores.postgres.connections import Conn
 
@@ -66,7 +70,6 @@ class Statement:
         Raises:
             psycopg.Error: as ``conn.execute`` raises it.
         """
-        pgconn = conn.pgconn
         encoding = conn.info.encoding
         values: list[bytes | None] = []
         formats: list[pq.Format] = []
@@ -87,7 +90,7 @@ class Statement:
             self._prepare(conn)
         # (libpq takes None for NULL, as psycopg passes it; the stub's type says bytes only)
         sent = cast("list[bytes]", values)
-        result = pgconn.exec_prepared(self.name, sent, formats)
+        result = self._send(conn, sent, formats)
         if result.status in _OK:
             return result
         error = self._error(conn, result)
@@ -95,13 +98,20 @@ class Statement:
             raise error
         # the session lost it (a DISCARD ALL, say): prepare it again, once
         self._prepare(conn)
-        result = pgconn.exec_prepared(self.name, sent, formats)
+        result = self._send(conn, sent, formats)
         if result.status in _OK:
             return result
         raise self._error(conn, result)
 
+    def _send(self, conn: Conn, values: list[bytes], formats: list[pq.Format]) -> pq.abc.PGresult:
+        conn.pgconn.send_query_prepared(self.name, values, formats)
+        results: list[pq.abc.PGresult] = conn.wait(execute(conn.pgconn))
+        return results[-1]
+
     def _prepare(self, conn: Conn) -> None:
-        result = conn.pgconn.prepare(self.name, self.text)
+        conn.pgconn.send_prepare(self.name, self.text)
+        results: list[pq.abc.PGresult] = conn.wait(execute(conn.pgconn))
+        result = results[-1]
         if result.status != pq.ExecStatus.COMMAND_OK:
             error = self._error(conn, result)
             if not isinstance(error, pgerrors.DuplicatePreparedStatement):
