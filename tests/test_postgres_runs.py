@@ -324,7 +324,7 @@ def test_a_group_finds_its_rows_by_primary_key(pg: PostgresStore) -> None:
         [Finish(i, "w1", S.SUCCEEDED, {"result": None}, claimed[i]) for i in ids]
     )
     rows = json.dumps([p[3] for p in prepared])
-    statement = group_statement(["result", "result_repr"])
+    statement = group_statement(("result", "result_repr")).decode()
     plan = pg.read_rows("EXPLAIN " + statement, ("succeeded", 0, rows))
     text = "\n".join(str(r[0]) for r in plan)
     assert "tasks_pkey" in text, f"each row is looked up on the primary key:\n{text}"

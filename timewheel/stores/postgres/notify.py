@@ -89,6 +89,13 @@ _MAX_PAYLOAD = 7000  # bytes: a longer "p" (a long id) is sent as "m" (PostgreSQ
 _WAIT = 0.5  # how long one wait for notifications lasts (the thread checks for stop between)
 
 
+def _reason(error: BaseException, scrub: Callable[[str], str]) -> str:
+    """The first line of *error*'s text, the password removed, for a warning (its type when it
+    has no text)."""
+    text = scrub(str(error)).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def channel(schema: str) -> str:
     """The notification channel of the store in *schema*: ``'timewheel_' || md5(schema)``,
     short enough for any schema name."""
@@ -299,12 +306,11 @@ class Announcer:
         try:
             self._send(statement.encode(), params)
         except Exception as e:  # never into the inserts: polls find the work
-            text = self._scrub(str(e)).strip()
             log.warning(
                 "PostgreSQL at %s: announcing inserted work to other hosts failed (%s); their "
                 "polls find it",
                 self.where,
-                text.splitlines()[0] if text else type(e).__name__,
+                _reason(e, self._scrub),
             )
 
 
@@ -416,12 +422,11 @@ class Listener:
                 if stop.is_set():
                     break
                 pause = policy.backoff_pause(delay)
-                text = self._scrub(str(e)).strip()
                 log.warning(
                     "PostgreSQL at %s: the connection listening for other hosts' work was lost "
                     "(%s); polling covers it meanwhile; reconnecting in %.1f s",
                     self.where,
-                    text.splitlines()[0] if text else type(e).__name__,
+                    _reason(e, self._scrub),
                     pause,
                 )
                 stop.wait(pause)

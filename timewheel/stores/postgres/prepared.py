@@ -55,11 +55,10 @@ class Statement:
         if "%%" in text:
             raise ValueError("a prepared statement's text has no literal %")
         pieces = text.split("%s")
-        #: how many parameters it takes
-        self.arity = len(pieces) - 1
+        last = len(pieces) - 1
         self.name = name.encode()
         self.text = "".join(
-            piece + (f"${k + 1}" if k < self.arity else "") for k, piece in enumerate(pieces)
+            piece + (f"${k + 1}" if k < last else "") for k, piece in enumerate(pieces)
         ).encode()
         self._prepared_on: weakref.WeakSet[Conn] = weakref.WeakSet()
 

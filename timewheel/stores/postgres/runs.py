@@ -25,6 +25,7 @@ Rows are read and written through the SQLite store's column tables
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -115,7 +116,6 @@ _FINISH = (
     "{fields} FROM json_array_elements(%s::json) AS e) AS f "
     "WHERE t.id = f.id AND t.state = f.state AND t.lease_owner = f.lease_owner" + RETURNING
 )
-_RETURNING_VERSION = " RETURNING t.id, t.version"
 PENDING_AMONG = (
     "SELECT id, due, schedule_id FROM (SELECT id, due, schedule_id, state, unmet FROM tasks "
     "WHERE id = ANY(%s) OFFSET 0) t WHERE state = 'pending' AND unmet = 0 ORDER BY due, id"
@@ -204,11 +204,14 @@ def check_finishes(finishes: Sequence[Finish]) -> list[Prepared]:
     return prepared
 
 
-def group_statement(changed: Sequence[str]) -> str:
+@functools.cache
+def group_statement(changed: tuple[str, ...], *, versions_only: bool = False) -> bytes:
     """The ``UPDATE`` that stores one group of :func:`finish_many`, whose finishes change the
-    columns *changed*; its parameters are the state, the update time and the JSON array of the
-    group's rows (from :func:`check_finishes`)."""
-    return _FINISH.format(
+    columns *changed*, returning every column of each row changed (only its id and version with
+    *versions_only*); its parameters are the state, the update time and the JSON array of the
+    group's rows (from :func:`check_finishes`). Made once per shape: a finisher stores groups of
+    a few shapes over and over."""
+    statement = _FINISH.format(
         sets="".join(f", {c} = f.{c}" for c in changed),
         fields="".join(
             f", e->>{k} AS {c}"
@@ -217,6 +220,9 @@ def group_statement(changed: Sequence[str]) -> str:
             for k, c in enumerate(changed, start=3)
         ),
     )
+    if versions_only:
+        statement = statement.replace(RETURNING, " RETURNING t.id, t.version")
+    return statement.encode()
 
 
 def finish_many(
@@ -247,21 +253,18 @@ def finish_many(
             if prepared[k][0].task_id not in seen:
                 seen.add(prepared[k][0].task_id)
                 members.append(k)
-        statement = group_statement(changed)
         params = (state.value, now_us, json.dumps([prepared[k][3] for k in members]))
         if all(prepared[k][0].claimed is not None for k in members):
             # no row read back: the decoding of each (its arguments' JSON among them) is the
             # finisher's largest cost per task in benchmarks/bench_postgres.py's end to end
-            got = conn.execute(
-                statement.replace(RETURNING, _RETURNING_VERSION).encode(), params
-            ).fetchall()
+            got = conn.execute(group_statement(changed, versions_only=True), params).fetchall()
             version_of: dict[str, int] = {str(r[0]): int(r[1]) for r in got}
             for k in members:
                 version = version_of.get(prepared[k][0].task_id)
                 if version is not None:
                     versions[k] = version
             continue
-        got = conn.execute(statement.encode(), params).fetchall()
+        got = conn.execute(group_statement(changed), params).fetchall()
         by_id = {r[_ID]: r for r in got}
         for k in members:
             row = by_id.get(prepared[k][0].task_id)
